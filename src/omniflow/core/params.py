@@ -1,0 +1,108 @@
+"""Parameter specifications: the single place where each parameter's default lives.
+
+A :class:`ParamSpec` names a parameter, its default, its description, and what values are
+allowed. Nodes declare their parameters from a tuple of specs (see ``omniflow.ros.params``),
+and the same specs validate values at start-up and on every later set, so a bad value is
+rejected with a message that names what is allowed. No ROS imports here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from omniflow.errors import ConfigError
+
+Value = bool | int | float | str
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """One parameter: its name, default, meaning and allowed values.
+
+    ``minimum``/``maximum`` bound numbers (inclusive); ``choices`` lists the allowed strings;
+    When a value takes effect: ``live`` parameters at once, ``read_only`` ones only at start-up
+    (a restart is needed), all others when a lifecycle node is next configured (the node
+    refuses to change them while configured). ``unit`` is shown with the description.
+    """
+
+    name: str
+    default: Value
+    description: str
+    unit: str = ""
+    minimum: float | None = None
+    maximum: float | None = None
+    choices: tuple[str, ...] = field(default_factory=tuple)
+    read_only: bool = False
+    live: bool = False
+
+    def __post_init__(self) -> None:
+        error = self.check(self.default)
+        if error:
+            raise ConfigError(f"default of parameter '{self.name}' is invalid: {error}")
+        if self.read_only and self.live:
+            raise ConfigError(f"parameter '{self.name}' cannot be both read-only and live")
+
+    @property
+    def full_description(self) -> str:
+        """The description with unit, range and choices, as shown by ``ros2 param describe``."""
+        parts = [self.description.rstrip(".") + "."]
+        if self.unit:
+            parts.append(f"Unit: {self.unit}.")
+        if self.choices:
+            parts.append(f"Allowed: {', '.join(self.choices)}.")
+        if self.minimum is not None or self.maximum is not None:
+            parts.append(f"Range: {_format_range(self.minimum, self.maximum)}.")
+        if self.read_only:
+            parts.append("Read at start-up; changing it needs a restart.")
+        elif self.live:
+            parts.append("Applied at once.")
+        else:
+            parts.append("Applied on configure.")
+        return " ".join(parts)
+
+    def check(self, value: object) -> str | None:
+        """Return why ``value`` is not allowed, or None when it is."""
+        expected = type(self.default)
+        # bool is an int in Python: keep the two apart, and let an int stand for a float.
+        if expected is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if type(value) is not expected:
+            return (f"expected a {expected.__name__}, got {type(value).__name__} "
+                    f"{value!r}")
+        if self.choices and value not in self.choices:
+            return f"{value!r} is not one of the allowed values: {', '.join(self.choices)}"
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if value != value:  # NaN
+                return "NaN is not allowed"
+            low, high = self.minimum, self.maximum
+            if (low is not None and value < low) or (high is not None and value > high):
+                return f"{value} is outside the allowed range {_format_range(low, high)}"
+        return None
+
+
+def _format_range(low: float | None, high: float | None) -> str:
+    if low is None:
+        return f"<= {high}"
+    if high is None:
+        return f">= {low}"
+    return f"[{low}, {high}]"
+
+
+def validate(specs: Iterable[ParamSpec], values: Mapping[str, object]) -> list[str]:
+    """Check ``values`` against the specs they name; return one message per problem."""
+    by_name = {spec.name: spec for spec in specs}
+    problems = []
+    for name, value in values.items():
+        spec = by_name.get(name)
+        if spec is None:
+            continue
+        error = spec.check(value)
+        if error:
+            problems.append(f"parameter '{name}': {error}")
+    return problems
+
+
+def defaults(specs: Iterable[ParamSpec]) -> dict[str, Value]:
+    """The default value of every spec, by name."""
+    return {spec.name: spec.default for spec in specs}

@@ -1,0 +1,51 @@
+"""Counters a capture node keeps and reports, never silently: what was published and lost."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+OK, WARN, ERROR = 0, 1, 2
+
+
+@dataclass
+class CaptureStats:
+    """Running counts of one capture stream, reported in the node's diagnostics.
+
+    Written by the capture thread and read by the diagnostics timer: plain integers, so a
+    reader sees each value whole.
+    """
+
+    published: int = 0
+    overflows: int = 0        # the device said its input buffer overflowed
+    gaps: int = 0             # jumps in stream time (blocks or frames missing)
+    missing: int = 0          # items missing in those jumps
+    dropped: int = 0          # items dropped because the consumer fell behind
+    restarts: int = 0         # stream time went backwards (a restarted source, a clock jump)
+    read_errors: int = 0      # failed reads or re-opens of the source
+    pacing_resyncs: int = 0   # the paced file source fell behind and skipped ahead in time
+    status: str = "not configured"
+    error: str = ""
+
+    @property
+    def level(self) -> int:
+        """OK, WARN (data was lost or the source ended) or ERROR (the source is failing)."""
+        if self.error:
+            return ERROR
+        lost = self.overflows or self.gaps or self.dropped or self.read_errors
+        return WARN if lost else OK
+
+    @property
+    def message(self) -> str:
+        """One line for the diagnostics summary."""
+        if self.error:
+            return f"{self.status}: {self.error}"
+        if self.level == WARN:
+            return (f"{self.status}; lost data: {self.overflows} overflows, {self.gaps} gaps "
+                    f"({self.missing} missing), {self.dropped} dropped, "
+                    f"{self.read_errors} read errors")
+        return self.status
+
+    def values(self) -> list[tuple[str, str]]:
+        """Every counter as (name, text) pairs."""
+        return [(f.name, str(getattr(self, f.name))) for f in fields(self)
+                if f.name not in ("status", "error")]

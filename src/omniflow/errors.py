@@ -1,0 +1,34 @@
+"""The one exceptions module of omniflow.
+
+Library errors (OpenCV, PortAudio, libsndfile, rclpy) are translated at the
+boundary into these types and re-raised ``from err``, so callers handle one
+family of exceptions and every message says what was wrong and what to do.
+"""
+
+
+class OmniflowError(Exception):
+    """Base class of every error omniflow raises on purpose."""
+
+
+class ConfigError(OmniflowError, ValueError):
+    """A parameter or configuration value is invalid."""
+
+
+class SourceError(OmniflowError):
+    """A capture source (device or file) could not be opened or read."""
+
+
+class DeviceNotFoundError(SourceError):
+    """The requested device does not exist; the message lists those that do."""
+
+
+class SourceExhausted(SourceError):
+    """A file source reached its end and is not set to loop."""
+
+
+class ImageFormatError(OmniflowError, ValueError):
+    """An image buffer is inconsistent with its declared size or encoding."""
+
+
+class AudioFormatError(OmniflowError, ValueError):
+    """An audio buffer is inconsistent with its declared format."""

@@ -1,0 +1,105 @@
+"""Start omniflow nodes as child processes, each with its parameters in a YAML file.
+
+Used by the demo and the integration tests where ``ros2 launch`` is not available (it is
+not on PyPI). Parameters go through ``--params-file`` rather than ``-p name:=value`` so their
+types survive (``-p device:=0`` would turn the string "0" into an integer). No ROS imports.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+# How long a node gets to shut down cleanly after SIGINT, then after SIGTERM.
+_STOP_TIMEOUT_S = 5.0
+
+
+@dataclass
+class NodeSpec:
+    """One node to run: its module (with a ``main``), name, parameters and remappings."""
+
+    module: str
+    name: str
+    parameters: Mapping[str, object] = field(default_factory=dict)
+    remappings: Mapping[str, str] = field(default_factory=dict)
+    namespace: str = ""
+    log_level: str = "info"
+
+    def params_yaml(self) -> str:
+        """The parameters as a ROS 2 params file; the file is this process's alone, so its
+        parameters apply to whatever the node is named and namespaced (``/**``)."""
+        return yaml.safe_dump({"/**": {"ros__parameters": dict(self.parameters)}},
+                              sort_keys=True)
+
+    def argv(self, params_file: Path) -> list[str]:
+        """The command line that runs this node."""
+        argv = [sys.executable, "-m", self.module, "--ros-args", "-r", f"__node:={self.name}",
+                "--params-file", str(params_file), "--log-level", self.log_level]
+        if self.namespace:
+            argv += ["-r", f"__ns:={self.namespace}"]
+        for source, target in self.remappings.items():
+            argv += ["-r", f"{source}:={target}"]
+        return argv
+
+
+class NodeProcess:
+    """A running node process whose output is kept in a file for later inspection."""
+
+    def __init__(self, spec: NodeSpec, env: Mapping[str, str] | None = None) -> None:
+        self.spec = spec
+        self._dir = tempfile.TemporaryDirectory(prefix=f"omniflow-{spec.name}-")
+        workdir = Path(self._dir.name)
+        params_file = workdir / "params.yaml"
+        params_file.write_text(spec.params_yaml(), encoding="utf-8")
+        self._log_path = workdir / "output.log"
+        self._log = self._log_path.open("wb")
+        self.process = subprocess.Popen(
+            spec.argv(params_file), stdout=self._log, stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"},
+            start_new_session=True)
+
+    @property
+    def running(self) -> bool:
+        return self.process.poll() is None
+
+    def output(self) -> str:
+        """Everything the node printed so far."""
+        self._log.flush()
+        return self._log_path.read_text(encoding="utf-8", errors="replace")
+
+    def wait(self, timeout: float) -> int:
+        """Wait for the process to exit by itself; raises subprocess.TimeoutExpired."""
+        return self.process.wait(timeout)
+
+    def stop(self) -> int:
+        """Interrupt the node (as Ctrl-C would), escalating if it does not exit in time."""
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
+            if not self.running:
+                break
+            self.process.send_signal(sig)
+            try:
+                self.process.wait(_STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                continue
+        code = self.process.wait(_STOP_TIMEOUT_S)
+        self._log.close()
+        return code
+
+    def close(self) -> None:
+        """Stop the node and delete its files."""
+        self.stop()
+        self._dir.cleanup()
+
+    def __enter__(self) -> NodeProcess:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

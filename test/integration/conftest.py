@@ -1,0 +1,47 @@
+"""Fixtures for tier-2 tests: a spinning test node in this process, nodes in child processes."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import rclpy
+from rclpy.node import Node
+
+from omniflow.launcher import NodeProcess, NodeSpec
+from omniflow.ros.monitor import spinning
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if "/integration/" in str(item.fspath):
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture
+def ros_node() -> Iterator[Node]:
+    """A node of the test's own, spinning on a background thread."""
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    node = rclpy.create_node(f"test_{uuid.uuid4().hex[:8]}", context=context)
+    with spinning(node):
+        yield node
+    node.destroy_node()
+    rclpy.shutdown(context=context)
+
+
+@pytest.fixture
+def start_node() -> Iterator:
+    """Start nodes in child processes; they are stopped when the test ends."""
+    started: list[NodeProcess] = []
+
+    def start(module: str, name: str, parameters: dict[str, object]) -> NodeProcess:
+        process = NodeProcess(NodeSpec(module=module, name=name, parameters=parameters,
+                                       namespace=f"/t{uuid.uuid4().hex[:6]}"))
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        process.close()

@@ -1,0 +1,75 @@
+"""Service calls on node processes, each with a timeout and a typed failure."""
+
+from __future__ import annotations
+
+import threading
+
+from lifecycle_msgs.msg import Transition
+from lifecycle_msgs.srv import ChangeState, GetState
+from rcl_interfaces.msg import Parameter as ParameterMsg
+from rcl_interfaces.msg import SetParametersResult
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from rclpy.parameter_client import AsyncParameterClient
+
+from omniflow.launcher import NodeProcess
+
+TIMEOUT_S = 10.0
+
+
+def topic(process: NodeProcess, name: str) -> str:
+    """The full name of a node process's relative topic or service."""
+    return f"{process.spec.namespace}/{name}"
+
+
+def _result(future, what: str, timeout: float = TIMEOUT_S):
+    done = threading.Event()
+    future.add_done_callback(lambda _: done.set())
+    if not done.wait(timeout):
+        raise TimeoutError(f"{what} did not answer within {timeout} s")
+    return future.result()
+
+
+def call(node: Node, srv_type, name: str, request):
+    """Call a service and return its response."""
+    client = node.create_client(srv_type, name)
+    try:
+        if not client.wait_for_service(timeout_sec=TIMEOUT_S):
+            raise TimeoutError(f"service {name} not available within {TIMEOUT_S} s")
+        return _result(client.call_async(request), f"service {name}")
+    finally:
+        node.destroy_client(client)
+
+
+def change_state(node: Node, process: NodeProcess, transition_id: int) -> bool:
+    """Trigger a lifecycle transition (lifecycle_msgs/Transition id); True on success."""
+    request = ChangeState.Request(transition=Transition(id=transition_id))
+    name = topic(process, f"{process.spec.name}/change_state")
+    return call(node, ChangeState, name, request).success
+
+
+def lifecycle_state(node: Node, process: NodeProcess) -> int:
+    """The lifecycle state id (lifecycle_msgs/State) of a node process."""
+    name = topic(process, f"{process.spec.name}/get_state")
+    return call(node, GetState, name, GetState.Request()).current_state.id
+
+
+def _parameter_client(node: Node, process: NodeProcess) -> AsyncParameterClient:
+    client = AsyncParameterClient(node, topic(process, process.spec.name))
+    if not client.wait_for_services(timeout_sec=TIMEOUT_S):
+        raise TimeoutError(f"parameter services of {process.spec.name} not available")
+    return client
+
+
+def set_parameters(node: Node, process: NodeProcess, **values) -> list[SetParametersResult]:
+    """Set parameters of a node process; one result per parameter."""
+    client = _parameter_client(node, process)
+    future = client.set_parameters([Parameter(k, value=v) for k, v in values.items()])
+    return _result(future, "set_parameters").results
+
+
+def get_parameter(node: Node, process: NodeProcess, name: str) -> object:
+    """The current value of one parameter of a node process."""
+    client = _parameter_client(node, process)
+    value = _result(client.get_parameters([name]), "get_parameters").values[0]
+    return Parameter.from_parameter_msg(ParameterMsg(name=name, value=value)).value
