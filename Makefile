@@ -31,14 +31,15 @@ $(DEPS_STAMP): $(REQUIREMENTS) requirements/constraints.txt scripts/install_syst
 # rosidl generates the interfaces against the wheels; our modules are symlinked into the
 # install, so edits under src/ are live and only new files need this step again.
 $(INSTALL_STAMP): $(DEPS_STAMP) $(SOURCES)
-	mkdir -p $(BUILD_DIR)
-	AMENT_PREFIX_PATH=$(PREFIX) cmake -S . -B $(BUILD_DIR) -DCMAKE_INSTALL_PREFIX=$(PREFIX) \
+	@echo "building the interfaces and installing omniflow into $(VENV) (log: $(BUILD_DIR).log)"
+	@mkdir -p $(BUILD_DIR)
+	@AMENT_PREFIX_PATH=$(PREFIX) cmake -S . -B $(BUILD_DIR) -DCMAKE_INSTALL_PREFIX=$(PREFIX) \
 		-DPython3_EXECUTABLE=$(PREFIX)/bin/python -DBUILD_TESTING=OFF \
 		-DAMENT_CMAKE_SYMLINK_INSTALL=ON > $(BUILD_DIR).log 2>&1 \
 		|| (cat $(BUILD_DIR).log; exit 1)
-	cmake --build $(BUILD_DIR) -j2 >> $(BUILD_DIR).log 2>&1 || (tail -50 $(BUILD_DIR).log; exit 1)
-	cmake --install $(BUILD_DIR) >> $(BUILD_DIR).log 2>&1 || (tail -50 $(BUILD_DIR).log; exit 1)
-	touch $@
+	@cmake --build $(BUILD_DIR) -j2 >> $(BUILD_DIR).log 2>&1 || (tail -50 $(BUILD_DIR).log; exit 1)
+	@cmake --install $(BUILD_DIR) >> $(BUILD_DIR).log 2>&1 || (tail -50 $(BUILD_DIR).log; exit 1)
+	@touch $@
 
 lint: setup
 	$(PY) -m ruff check .

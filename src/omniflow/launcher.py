@@ -33,6 +33,11 @@ class NodeSpec:
     namespace: str = ""
     log_level: str = "info"
 
+    @property
+    def executable(self) -> str:
+        """The installed executable (``lib/omniflow/<name>``) that runs this module."""
+        return self.module.rsplit(".", 1)[-1]
+
     def params_yaml(self) -> str:
         """The parameters as a ROS 2 params file; the file is this process's alone, so its
         parameters apply to whatever the node is named and namespaced (``/**``)."""
@@ -71,8 +76,7 @@ class NodeProcess:
         return self.process.poll() is None
 
     def output(self) -> str:
-        """Everything the node printed so far."""
-        self._log.flush()
+        """Everything the node printed so far (the child writes the file directly)."""
         return self._log_path.read_text(encoding="utf-8", errors="replace")
 
     def wait(self, timeout: float) -> int:

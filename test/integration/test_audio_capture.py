@@ -46,23 +46,35 @@ def activate(ros_node, process, wait_for_match=False):
     assert change_state(ros_node, process, Transition.TRANSITION_ACTIVATE)
 
 
+def wait_for_whole_file(recorder, samples):
+    """Wait for the file's last block; best-effort delivery may lose one on a busy machine,
+    so checks go by each block's sequence number rather than by arrival order."""
+    last = len(samples) // CHUNK - 1
+    return recorder.wait_until(lambda chunks: any(c.sequence == last for c in chunks),
+                               timeout=15, what=f"block {last}")
+
+
 def test_file_blocks_are_stamped_40ms_apart_and_carry_the_file(ros_node, start_node,
                                                                speech_file):
     path, samples = speech_file
     process = start_audio(start_node, path)
     recorder = TopicRecorder(ros_node, AudioChunk, topic(process, "audio"), SENSOR_DATA)
     activate(ros_node, process, wait_for_match=True)
-    chunks = recorder.wait_for(len(samples) // CHUNK, timeout=10)
+    chunks = wait_for_whole_file(recorder, samples)
 
-    assert [c.sequence for c in chunks] == list(range(len(chunks)))
+    assert len(chunks) >= 0.9 * len(samples) // CHUNK
+    sequences = np.array([c.sequence for c in chunks])
+    assert np.all(np.diff(sequences) > 0)
     stamps = np.array([ns_from_time(c.header.stamp) for c in chunks])
-    assert set(np.diff(stamps)) == {40_000_000}  # stream time: exactly one period apart
+    # Stream time: exactly one 40 ms period per block.
+    np.testing.assert_array_equal(np.diff(stamps), np.diff(sequences) * 40_000_000)
     first = chunks[0]
     assert (first.sample_rate, first.channels, first.format) == (
         RATE, 1, AudioChunk.FORMAT_S16LE)
     assert first.header.frame_id == "microphone"
-    received = np.concatenate([audio_samples(c)[:, 0] for c in chunks])
-    np.testing.assert_array_equal(received, samples[:len(received)])
+    for chunk in chunks:
+        start = chunk.sequence * CHUNK
+        np.testing.assert_array_equal(audio_samples(chunk)[:, 0], samples[start:start + CHUNK])
 
 
 def test_pause_and_resume_is_reported_as_a_gap(ros_node, start_node, speech_file):
@@ -93,13 +105,15 @@ def test_rate_factor_speeds_up_delivery_not_stream_time(ros_node, start_node, sp
     process = start_audio(start_node, path, **{"file.rate": 4.0})
     recorder = TopicRecorder(ros_node, AudioChunk, topic(process, "audio"), SENSOR_DATA)
     activate(ros_node, process, wait_for_match=True)
-    recorder.wait_for(len(samples) // CHUNK, timeout=10)
+    wait_for_whole_file(recorder, samples)
     received = recorder.received
-    wall_s = (received[-1].monotonic_ns - received[0].monotonic_ns) / 1e9
-    audio_s = (len(received) - 1) * 0.040
+    first, last = received[0], received[-1]
+    wall_s = (last.monotonic_ns - first.monotonic_ns) / 1e9
+    audio_s = (last.msg.sequence - first.msg.sequence) * 0.040
     assert wall_s < audio_s / 2  # 4x: about a quarter of the audio's duration
     stamps = [ns_from_time(r.msg.header.stamp) for r in received]
-    assert set(np.diff(stamps)) == {40_000_000}
+    sequences = [r.msg.sequence for r in received]
+    np.testing.assert_array_equal(np.diff(stamps), np.diff(sequences) * 40_000_000)
 
 
 def test_unknown_source_is_refused_at_start_up_naming_the_allowed_values(start_node):

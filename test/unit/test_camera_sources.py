@@ -319,6 +319,15 @@ def test_device_node_that_is_not_a_camera(monkeypatch):
     assert "not a capture node" in str(info.value)
 
 
+def test_device_paths_and_links_open_by_index(tmp_path):
+    link = tmp_path / "usb-Logitech_C920-video-index0"
+    link.symlink_to("/dev/video4")  # what /dev/v4l/by-id/ holds
+    assert camera._v4l2_target(str(link)) == 4
+    assert camera._v4l2_target("/dev/video12") == 12
+    assert camera._v4l2_target(3) == 3
+    assert camera._v4l2_target("/dev/null") == "/dev/null"
+
+
 class FakeCapture:
     """Enough of cv2.VideoCapture for OpenCVDeviceSource; delivers grey frames."""
 

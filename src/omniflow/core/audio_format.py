@@ -46,9 +46,10 @@ def decode(data: object, fmt: int, channels: int, sample_rate: int) -> np.ndarra
         allowed = ", ".join(f"{code} ({name})" for code, name in _NAMES.items())
         raise AudioFormatError(f"unknown audio format {fmt}; supported: {allowed}")
     if channels < 1:
-        raise AudioFormatError("audio chunk has 0 channels; expected 1 or more")
+        raise AudioFormatError(f"audio chunk has {channels} channels; expected 1 or more")
     if sample_rate <= 0:
-        raise AudioFormatError("audio chunk has sample_rate 0; expected a rate in Hz")
+        raise AudioFormatError(
+            f"audio chunk has sample_rate {sample_rate}; expected a positive rate in Hz")
     raw = np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8)
     frame_bytes = _DTYPES[fmt].itemsize * channels
     if raw.size % frame_bytes:

@@ -28,7 +28,8 @@ class CaptureStats:
 
     @property
     def level(self) -> int:
-        """OK, WARN (data was lost or the source ended) or ERROR (the source is failing)."""
+        """OK, WARN (data was lost) or ERROR (the source is failing). A file that reached
+        its end is OK: the status says it finished."""
         if self.error:
             return ERROR
         lost = self.overflows or self.gaps or self.dropped or self.read_errors

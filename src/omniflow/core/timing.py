@@ -53,8 +53,8 @@ class Pacer:
 
     def __init__(self, period_s: float, rate: float = 1.0, max_lag: float = 5.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        if period_s <= 0 or rate <= 0:
-            raise ValueError("period and rate must be positive")
+        if not (period_s > 0 and rate > 0 and max_lag > 0):
+            raise ValueError("period, rate and max_lag must be positive")
         self._period = period_s
         self._rate = rate
         self._max_lag = max_lag
@@ -68,9 +68,12 @@ class Pacer:
         return self._period / self._rate
 
     def set_period(self, period_s: float) -> None:
-        """Change the period from the next release on."""
-        if period_s <= 0:
+        """Change the period; the pending release is re-timed to the new interval, so going
+        from 1 to 30 frames/s does not wait out the old second."""
+        if not period_s > 0:
             raise ValueError("period must be positive")
+        if self._deadline is not None:
+            self._deadline += (period_s - self._period) / self._rate
         self._period = period_s
 
     def next_delay(self) -> float:
@@ -95,9 +98,11 @@ class Pacer:
 
 @dataclass
 class GapReport:
-    """What one observation told about continuity: how many items were missing before it."""
+    """What one observation told about continuity: how many items were missing before it,
+    whether it repeated the previous index, or went back in time."""
 
     missing: int = 0
+    repeated: bool = False
     backwards: bool = False
 
 
@@ -106,7 +111,8 @@ class GapDetector:
 
     Sequence numbers are block indices in stream time, so a jump of k > 1 means k - 1 blocks
     are missing. A sequence that goes backwards (a restarted source, a looping bag) is counted
-    and restarts the tracking.
+    and restarts the tracking; a repeated number (capture-time jitter of half a period) is
+    counted apart, as neither a gap nor a restart.
     """
 
     def __init__(self) -> None:
@@ -115,6 +121,7 @@ class GapDetector:
         self.gaps = 0
         self.missing = 0
         self.restarts = 0
+        self.repeats = 0
 
     def observe(self, sequence: int) -> GapReport:
         """Account for one arrived item."""
@@ -126,7 +133,10 @@ class GapDetector:
                 report.missing = step - 1
                 self.gaps += 1
                 self.missing += report.missing
-            elif step <= 0:
+            elif step == 0:
+                report.repeated = True
+                self.repeats += 1
+            elif step < 0:
                 report.backwards = True
                 self.restarts += 1
         self._last = sequence

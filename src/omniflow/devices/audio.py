@@ -651,6 +651,7 @@ def open_audio_source(
     channels: int,
     block_frames: int,
     loop: bool = False,
+    queue_blocks: int = 50,
     warn: Warn | None = None,
 ) -> AudioSource:
     """Construct (not open) the audio source a node's parameters describe.
@@ -661,6 +662,7 @@ def open_audio_source(
             for an index, anything else a name. For a file: its path.
         sample_rate, channels, block_frames: Format of the blocks produced.
         loop: Rewind files at their end (ignored for devices).
+        queue_blocks: Blocks a device may hold for a slow reader (ignored for files).
         warn: Receives one-line warnings (e.g. a node's logger ``warning``).
 
     Raises:
@@ -674,6 +676,7 @@ def open_audio_source(
             sample_rate=sample_rate,
             channels=channels,
             block_frames=block_frames,
+            queue_blocks=queue_blocks,
             warn=warn,
         )
     if source == "file":

@@ -206,12 +206,26 @@ def _stamp_to_monotonic(
 
 def _natural_key(path: Path) -> list[Any]:
     """Sort key putting ``frame2.png`` before ``frame10.png``."""
-    return [int(part) if part.isdigit() else part.lower() for part in re.split(r"(\d+)", path.name)]
+    return [
+        int(part) if part.isdecimal() else part.lower() for part in re.split(r"(\d+)", path.name)
+    ]
 
 
 def _list_video_devices() -> list[str]:
     """The /dev/video* nodes that exist, in numeric order."""
     return sorted(glob.glob("/dev/video*"), key=lambda name: _natural_key(Path(name)))
+
+
+def _v4l2_target(device: int | str) -> int | str:
+    """What to hand cv2.VideoCapture: the index N when ``device`` is, or links to, /dev/videoN.
+
+    Opening by index works in every OpenCV build, while some builds cannot open a
+    V4L2 device by name; resolving links also makes /dev/v4l/by-id/... names work.
+    """
+    if isinstance(device, int):
+        return device
+    match = re.fullmatch(r"/dev/video(\d+)", os.path.realpath(device))
+    return int(match.group(1)) if match else device
 
 
 def _video_devices_hint() -> str:
@@ -248,7 +262,7 @@ class OpenCVDeviceSource(FrameSource):
         warn: Warn | None = None,
     ) -> None:
         super().__init__(warn)
-        if isinstance(device, str) and device.strip().isdigit():
+        if isinstance(device, str) and device.strip().isdecimal():
             device = int(device)
         if isinstance(device, int) and device < 0:
             raise ConfigError(f"camera index must be 0 or more; got {device}")
@@ -277,7 +291,7 @@ class OpenCVDeviceSource(FrameSource):
                 f"camera {self._name} does not exist; {_video_devices_hint()}"
             )
         api = cv2.CAP_V4L2 if sys.platform.startswith("linux") else cv2.CAP_ANY
-        capture = cv2.VideoCapture(self._device, api)
+        capture = cv2.VideoCapture(_v4l2_target(self._device), api)
         if not capture.isOpened():
             capture.release()
             if not os.access(node, os.R_OK | os.W_OK):
@@ -307,7 +321,8 @@ class OpenCVDeviceSource(FrameSource):
         capture = self._capture
         if capture is None:
             raise SourceError(f"camera {self._name} is not open; call open() first")
-        # grab() dequeues the buffer; decoding (retrieve) comes after the stamp.
+        # grab() dequeues the buffer (bounded by the V4L2 backend's select timeout,
+        # 10 s by default); decoding in retrieve() comes after the stamp is taken.
         if not capture.grab():
             raise SourceError(
                 f"camera {self._name} delivered no frame (unplugged, or stalled by the driver?)"

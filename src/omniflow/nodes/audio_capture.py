@@ -29,7 +29,8 @@ PARAMS = (
     ParamSpec("chunk_ms", 40, "Duration of one published block; sample_rate * chunk_ms "
               "must be a whole number of samples", unit="ms", minimum=10, maximum=500),
     ParamSpec("queue_blocks", 50, "Blocks a device may hold while the node catches up; "
-              "beyond that the oldest are dropped and counted", minimum=2, maximum=1000),
+              "beyond that the oldest are dropped and counted (devices only)", minimum=2,
+              maximum=1000),
 )
 
 
@@ -81,7 +82,8 @@ class AudioCaptureNode(CaptureNode):
         source = open_audio_source(
             params["source"], location, sample_rate=params["sample_rate"],
             channels=params["channels"], block_frames=self.block_frames,
-            loop=params["file.loop"], warn=self.get_logger().warning)
+            loop=params["file.loop"], queue_blocks=params["queue_blocks"],
+            warn=self.get_logger().warning)
         source.open()
         return source
 

@@ -1,0 +1,68 @@
+"""The shipped YAML profiles, the graph description and the launch file agree with the nodes."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+import yaml
+
+from omniflow.graph import CAPTURE_NODES, sample_overrides, sensor_nodes
+from omniflow.nodes import audio_capture, camera
+from omniflow.ros.capture import COMMON_PARAMS
+
+ROOT = Path(__file__).parents[2]
+SPECS = {"audio_capture": audio_capture.PARAMS + COMMON_PARAMS,
+         "camera": camera.PARAMS + COMMON_PARAMS}
+
+
+def profile_entries():
+    for path in sorted((ROOT / "config").glob("*.yaml")):
+        for node, section in yaml.safe_load(path.read_text()).items():
+            for name, value in section["ros__parameters"].items():
+                yield pytest.param(node, name, value, id=f"{path.name}:{node}.{name}")
+
+
+@pytest.mark.parametrize(("node", "name", "value"), list(profile_entries()))
+def test_every_profile_value_is_a_declared_and_allowed_parameter(node, name, value):
+    specs = {spec.name: spec for spec in SPECS[node]}
+    assert name in specs, f"{node} has no parameter {name}"
+    assert specs[name].check(value) is None
+
+
+def test_profiles_are_keyed_by_node_name_or_wildcard():
+    for path in (ROOT / "config").glob("*.yaml"):
+        keys = set(yaml.safe_load(path.read_text()))
+        assert keys <= set(SPECS) | {"/**"}, path.name
+
+
+def test_sensor_nodes_describe_both_capture_nodes_with_overrides():
+    specs = sensor_nodes("/robot", sample_overrides("/a.wav", "/b.avi"))
+    assert [spec.name for spec in specs] == list(CAPTURE_NODES)
+    assert [spec.executable for spec in specs] == ["audio_capture", "camera"]
+    assert specs[0].parameters["file.path"] == "/a.wav"
+    assert specs[1].parameters["source"] == "video"
+    assert {spec.namespace for spec in specs} == {"/robot"}
+    for spec in specs:
+        problems = [spec_.check(spec.parameters[spec_.name]) for spec_ in SPECS[spec.name]
+                    if spec_.name in spec.parameters]
+        assert problems == [None] * len(problems)
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "launch").glob("*.launch.py")),
+                         ids=lambda p: p.name)
+def test_launch_files_parse_and_declare_the_standard_arguments(path):
+    source = path.read_text()
+    ast.parse(source)
+    for argument in ("namespace", "use_sim_time", "params_file", "log_level"):
+        assert f'"{argument}"' in source
+
+
+def test_readme_parameter_tables_are_generated_from_the_specs():
+    from omniflow.docs import node_tables
+    readme = (ROOT / "README.md").read_text()
+    for name, table in node_tables().items():
+        block = f"<!-- params:{name} -->\n{table}\n<!-- /params:{name} -->"
+        assert block in readme, (f"README's {name} parameter table is out of date: "
+                                 "paste the output of `python -m omniflow.docs`")
