@@ -32,3 +32,11 @@ class ImageFormatError(OmniflowError, ValueError):
 
 class AudioFormatError(OmniflowError, ValueError):
     """An audio buffer is inconsistent with its declared format."""
+
+
+class EngineError(OmniflowError):
+    """A speech, recognition, vision or language engine is missing or failed."""
+
+
+class SinkError(OmniflowError):
+    """An audio output (device or file) could not be opened or written."""

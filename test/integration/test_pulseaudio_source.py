@@ -147,3 +147,30 @@ def test_unknown_device_lists_pulse_devices(pulse_server: str) -> None:
 
     with pytest.raises(DeviceNotFoundError, match=r"(?s)no input device named like.*: pulse \("):
         SoundDeviceSource("no-such-microphone").open()
+
+
+def test_audio_capture_node_publishes_device_audio_stamped_at_capture(
+    pulse_server: str, ros_node, start_node
+) -> None:
+    """The node's device path over DDS: ADC-time stamps on the node clock, 40 ms apart."""
+    from omniflow.msg import AudioChunk
+    from omniflow.ros.conversions import ns_from_time
+    from omniflow.ros.monitor import TopicRecorder
+    from omniflow.ros.qos import SENSOR_DATA
+    from ros_helpers import topic
+
+    process = start_node("omniflow.nodes.audio_capture", "audio_capture",
+                         {"source": "device", "device": "pulse"})
+    recorder = TopicRecorder(ros_node, AudioChunk, topic(process, "audio"), SENSOR_DATA)
+    recorder.wait_for(40, timeout=20 + FIRST_BLOCK_TIMEOUT_S)
+    received = recorder.received[5:]  # past PulseAudio's start-up latency changes
+
+    stamps = np.array([ns_from_time(item.msg.header.stamp) for item in received])
+    sequences = np.array([item.msg.sequence for item in received])
+    assert np.median(np.diff(stamps)) == pytest.approx(40e6, abs=2e6)
+    # The sequence counts blocks in stream time: it follows the stamps.
+    np.testing.assert_allclose((stamps - stamps[0]) / 40e6, sequences - sequences[0], atol=0.6)
+    # Stamped when captured, not when published: always before the block arrived here.
+    arrivals = np.array([item.wall_ns for item in received])
+    assert np.all(stamps < arrivals)
+    assert "pulse" in process.output()

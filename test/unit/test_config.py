@@ -10,7 +10,7 @@ import yaml
 
 from omniflow.graph import CAPTURE_NODES, sample_overrides, sensor_nodes
 from omniflow.nodes import audio_capture, camera
-from omniflow.ros.capture import COMMON_PARAMS
+from omniflow.ros.device_node import COMMON_PARAMS
 
 ROOT = Path(__file__).parents[2]
 SPECS = {"audio_capture": audio_capture.PARAMS + COMMON_PARAMS,

@@ -28,8 +28,8 @@ def test_fresh_stats_are_ok_and_say_not_configured() -> None:
         ({"overflows": 1}, WARN),
         ({"gaps": 1, "missing": 4}, WARN),
         ({"dropped": 7}, WARN),
-        ({"read_errors": 1}, WARN),  # the error itself was cleared by a later good read
-        ({"overflows": 1, "gaps": 2, "missing": 2, "dropped": 3, "read_errors": 4}, WARN),
+        ({"errors": 1}, WARN),  # the error itself was cleared by a later good read
+        ({"overflows": 1, "gaps": 2, "missing": 2, "dropped": 3, "errors": 4}, WARN),
     ],
 )
 def test_level_is_warn_exactly_when_data_was_lost(counters: dict[str, int], level: int) -> None:
@@ -50,17 +50,17 @@ def test_ok_message_is_the_status() -> None:
 
 def test_warn_message_lists_every_loss_counter() -> None:
     stats = CaptureStats(status="streaming: mic", overflows=1, gaps=2, missing=5, dropped=3,
-                         read_errors=4)
+                         errors=4)
     assert stats.message == (
         "streaming: mic; lost data: 1 overflows, 2 gaps (5 missing), 3 dropped, 4 read errors")
 
 
 def test_values_are_every_counter_as_text_in_declaration_order() -> None:
     stats = CaptureStats(published=12, overflows=1, gaps=2, missing=3, dropped=4, restarts=5,
-                         read_errors=6, pacing_resyncs=7, status="s", error="e")
+                         errors=6, pacing_resyncs=7, status="s", error="e")
     assert stats.values() == [
-        ("published", "12"), ("overflows", "1"), ("gaps", "2"), ("missing", "3"),
-        ("dropped", "4"), ("restarts", "5"), ("read_errors", "6"), ("pacing_resyncs", "7"),
+        ("errors", "6"), ("published", "12"), ("overflows", "1"), ("gaps", "2"),
+        ("missing", "3"), ("dropped", "4"), ("restarts", "5"), ("pacing_resyncs", "7"),
     ]
 
 
@@ -71,7 +71,7 @@ def test_instances_do_not_share_counters() -> None:
 
 
 def test_a_finished_source_is_reported_as_ok() -> None:
-    # What omniflow.ros.capture.CaptureNode sets when its source raises SourceExhausted.
+    # What omniflow.ros.device_node.DeviceNode sets when its source raises SourceExhausted.
     stats = CaptureStats(status="finished: end of hello.wav", published=25)
     assert stats.level == OK
     assert stats.message.startswith("finished")

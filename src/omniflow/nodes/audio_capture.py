@@ -5,12 +5,13 @@ from __future__ import annotations
 import threading
 
 from omniflow.core.params import ParamSpec
+from omniflow.core.stats import CaptureStats
 from omniflow.core.timing import NS_PER_S, GapDetector, Pacer, StreamClock, sequence_at
 from omniflow.devices.audio import AudioSource, open_audio_source
 from omniflow.errors import ConfigError
 from omniflow.msg import AudioChunk
 from omniflow.ros import conversions
-from omniflow.ros.capture import CaptureNode, run_node
+from omniflow.ros.device_node import DeviceNode, run_node
 from omniflow.ros.qos import SENSOR_DATA
 
 PARAMS = (
@@ -34,7 +35,7 @@ PARAMS = (
 )
 
 
-class AudioCaptureNode(CaptureNode):
+class AudioCaptureNode(DeviceNode):
     """Publishes microphone (or file) audio as stamped blocks.
 
     ROS contract:
@@ -54,6 +55,7 @@ class AudioCaptureNode(CaptureNode):
     default_frame_id = "microphone"
 
     def __init__(self, **kwargs) -> None:
+        self.stats = CaptureStats()
         super().__init__("audio_capture", PARAMS, **kwargs)
         self._publisher = None
         self._gaps = GapDetector()
@@ -76,7 +78,7 @@ class AudioCaptureNode(CaptureNode):
     def period_ns(self) -> int:
         return self.params["chunk_ms"] * NS_PER_S // 1000
 
-    def open_source(self) -> AudioSource:
+    def open_device(self) -> AudioSource:
         params = self.params
         location = params["device"] if params["source"] == "device" else params["file.path"]
         source = open_audio_source(
@@ -99,8 +101,8 @@ class AudioCaptureNode(CaptureNode):
         self._pacer = Pacer(self.params["chunk_ms"] / 1000, rate=self.params["file.rate"])
         self._stream = StreamClock(self.now_ns())
 
-    def capture_step(self, stop: threading.Event) -> None:
-        source = self.source
+    def step(self, stop: threading.Event) -> None:
+        source = self.device
         if source.paced_by_device:
             block = source.read(timeout=0.5)
             if block is None:

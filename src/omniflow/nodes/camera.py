@@ -9,10 +9,11 @@ from sensor_msgs.msg import CompressedImage, Image
 
 from omniflow.core import image_codec
 from omniflow.core.params import ParamSpec
+from omniflow.core.stats import CaptureStats
 from omniflow.core.timing import NS_PER_S, Pacer, StreamClock
 from omniflow.devices.camera import FrameSource, open_frame_source
 from omniflow.ros import conversions
-from omniflow.ros.capture import CaptureNode, run_node
+from omniflow.ros.device_node import DeviceNode, run_node
 from omniflow.ros.qos import SENSOR_DATA
 
 ENCODINGS = ("rgb8", "bgr8", "mono8")
@@ -54,7 +55,7 @@ def output_size(width: int, height: int, want_width: int, want_height: int) -> t
     return width, height
 
 
-class CameraNode(CaptureNode):
+class CameraNode(DeviceNode):
     """Publishes camera (or file) frames, stamped at capture, at a live-settable rate.
 
     ROS contract:
@@ -73,6 +74,7 @@ class CameraNode(CaptureNode):
     default_frame_id = "camera"
 
     def __init__(self, **kwargs) -> None:
+        self.stats = CaptureStats()
         super().__init__("camera", PARAMS, **kwargs)
         self._image_pub = None
         self._compressed_pub = None
@@ -84,7 +86,7 @@ class CameraNode(CaptureNode):
     def period_s(self) -> float:
         return 1.0 / self.params["fps"]
 
-    def open_source(self) -> FrameSource:
+    def open_device(self) -> FrameSource:
         params = self.params
         location = params["device"] if params["source"] == "device" else params["path"]
         source = open_frame_source(
@@ -111,11 +113,11 @@ class CameraNode(CaptureNode):
     def apply_live(self, changes: dict[str, object]) -> None:
         if "fps" in changes:
             self._pacer.set_period(self.period_s)
-            self.source.set_fps(self.params["fps"])
+            self.device.set_fps(self.params["fps"])
             self.get_logger().info(f"publishing at {self.params['fps']:g} frames/s")
 
-    def capture_step(self, stop: threading.Event) -> None:
-        source = self.source
+    def step(self, stop: threading.Event) -> None:
+        source = self.device
         if source.paced_by_device:
             frame = source.read()
             # A device may run faster than the requested rate: publish at most fps frames.

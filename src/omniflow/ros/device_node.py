@@ -1,11 +1,12 @@
-"""Shared lifecycle plumbing of the capture nodes (audio and camera).
+"""Shared lifecycle plumbing of the nodes that own a device (microphone, camera, speaker).
 
-A capture node owns a device or a file. It opens the source on configure, runs one capture
-thread while active (the thread reads, stamps and publishes: a slow subscriber or executor
-never delays the read), stops the thread on deactivate and releases the source on cleanup.
-Counters of what was published and lost go out as standard diagnostics once a second.
+A device node opens its device (or file) on configure, runs one worker thread while active
+(for capture: read, stamp, publish, so a slow subscriber or executor never delays the read),
+stops the thread on deactivate and releases the device on cleanup. A device that fails is
+re-opened after a pause; nothing ends the process but a shutdown. Counters of what was done
+and lost go out as standard diagnostics once a second.
 
-Subclasses supply the parameters, the source, the publishers and one capture step.
+Subclasses supply the parameters, the device, the publishers and one worker step.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 
 from omniflow.core.params import ParamSpec
-from omniflow.core.stats import CaptureStats
+from omniflow.core.stats import DeviceStats
 from omniflow.core.timing import NS_PER_S
-from omniflow.errors import ConfigError, SourceError, SourceExhausted
+from omniflow.errors import ConfigError, EngineError, SinkError, SourceError, SourceExhausted
 from omniflow.ros.conversions import header
 from omniflow.ros.params import declare_parameters, parameter_values
 
@@ -36,16 +37,23 @@ COMMON_PARAMS = (
               minimum=0.1, maximum=60.0, read_only=True),
 )
 
-# Time to let a capture thread finish its step when the node deactivates.
+# Failures of a device that a re-open may cure.
+DEVICE_ERRORS = (SourceError, SinkError, EngineError)
+# Time to let the worker thread finish its step when the node deactivates.
 _JOIN_TIMEOUT_S = 3.0
-# Pause between attempts to re-open a source that failed.
+# Pause between attempts to re-open a device that failed.
 _RETRY_S = 1.0
 
 
-class CaptureNode(LifecycleNode):
-    """Base of the capture nodes; see the subclasses for their ROS contract."""
+class DeviceNode(LifecycleNode):
+    """Base of the nodes that own a device; see the subclasses for their ROS contract.
+
+    ``stats`` is the subclass's :class:`DeviceStats` (or a richer one), set before calling
+    this constructor.
+    """
 
     default_frame_id = ""
+    stats: DeviceStats
 
     def __init__(self, node_name: str, specs: tuple[ParamSpec, ...], **kwargs) -> None:
         super().__init__(node_name, **kwargs)
@@ -53,16 +61,16 @@ class CaptureNode(LifecycleNode):
         self._configured = False
         self._stop = threading.Event()
         self._worker: threading.Thread | None = None
-        self._source = None
-        self.stats = CaptureStats()
+        self._device = None
         declare_parameters(self, self._specs, apply=self._on_parameters)
         self.params = parameter_values(self, self._specs)
         self._diagnostics = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self.create_timer(self.params["diagnostics_period"], self._publish_diagnostics)
 
     # ----------------------------------------------------------------- subclass interface
-    def open_source(self) -> object:
-        """Create and open the source from ``self.params``; raise SourceError/ConfigError."""
+    def open_device(self) -> object:
+        """Create and open the device from ``self.params`` (an object with ``open()``,
+        ``close()`` and ``describe()``); raise one of DEVICE_ERRORS or ConfigError."""
         raise NotImplementedError
 
     def create_outputs(self) -> None:
@@ -76,8 +84,12 @@ class CaptureNode(LifecycleNode):
     def start_stream(self) -> None:
         """Reset per-activation state (pacing, stream clock) before the thread starts."""
 
-    def capture_step(self, stop: threading.Event) -> None:
-        """Read one item, stamp it and publish it (called in a loop while active)."""
+    def stop_stream(self) -> None:
+        """Interrupt what the worker is doing (called before it is joined on deactivate)."""
+
+    def step(self, stop: threading.Event) -> None:
+        """One unit of work: read, stamp and publish one item (called in a loop while
+        active); return soon after ``stop`` is set."""
         raise NotImplementedError
 
     def apply_live(self, changes: dict[str, object]) -> None:
@@ -85,9 +97,9 @@ class CaptureNode(LifecycleNode):
 
     # ----------------------------------------------------------------- helpers
     @property
-    def source(self):
-        """The open source (None while unconfigured)."""
-        return self._source
+    def device(self):
+        """The open device (None while unconfigured)."""
+        return self._device
 
     @property
     def frame_id(self) -> str:
@@ -118,15 +130,15 @@ class CaptureNode(LifecycleNode):
     # ----------------------------------------------------------------- lifecycle
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
         try:
-            self._source = self.open_source()
-        except (SourceError, ConfigError) as err:
+            self._device = self.open_device()
+        except (*DEVICE_ERRORS, ConfigError) as err:
             self.stats.status, self.stats.error = "not configured", str(err)
             self.get_logger().error(f"cannot configure: {err}")
             return TransitionCallbackReturn.FAILURE
         self.create_outputs()
         self._configured = True
-        self.stats.status, self.stats.error = f"configured: {self._source.describe()}", ""
-        self.get_logger().info(f"configured: {self._source.describe()}")
+        self.stats.status, self.stats.error = f"configured: {self._device.describe()}", ""
+        self.get_logger().info(f"configured: {self._device.describe()}")
         return TransitionCallbackReturn.SUCCESS
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
@@ -135,12 +147,12 @@ class CaptureNode(LifecycleNode):
         self._worker = threading.Thread(target=self._run, name=f"{self.get_name()}-capture",
                                         daemon=True)
         self._worker.start()
-        self.stats.status = f"streaming: {self._source.describe()}"
+        self.stats.status = f"streaming: {self._device.describe()}"
         return super().on_activate(state)
 
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
         self._stop_worker()
-        self.stats.status = f"paused: {self._source.describe()}"
+        self.stats.status = f"paused: {self._device.describe()}"
         return super().on_deactivate(state)
 
     def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
@@ -156,14 +168,14 @@ class CaptureNode(LifecycleNode):
         return TransitionCallbackReturn.SUCCESS
 
     def release(self) -> None:
-        """Stop capture and free the source; safe in any state (used at process exit)."""
+        """Stop the worker and free the device; safe in any state (used at process exit)."""
         self._release()
 
     def _release(self) -> None:
         self._stop_worker()
-        if self._source is not None:
-            self._source.close()
-            self._source = None
+        if self._device is not None:
+            self._device.close()
+            self._device = None
         if self._configured:
             self.destroy_outputs()
             self._configured = False
@@ -172,36 +184,37 @@ class CaptureNode(LifecycleNode):
     def _stop_worker(self) -> None:
         self._stop.set()
         if self._worker is not None:
+            self.stop_stream()
             self._worker.join(_JOIN_TIMEOUT_S)
             if self._worker.is_alive():
                 self.get_logger().error(
-                    f"capture thread did not stop within {_JOIN_TIMEOUT_S} s")
+                    f"worker thread did not stop within {_JOIN_TIMEOUT_S} s")
             self._worker = None
 
-    # ----------------------------------------------------------------- capture thread
+    # ----------------------------------------------------------------- worker thread
     def _run(self) -> None:
-        """The capture loop: never lets an exception end the process."""
+        """The worker loop: never lets an exception end the process."""
         logger = self.get_logger()
         while not self._stop.is_set():
             try:
-                self.capture_step(self._stop)
+                self.step(self._stop)
                 if self.stats.error:
-                    logger.info("source recovered")
+                    logger.info("device recovered")
                     self.stats.error = ""
             except SourceExhausted as err:
                 self.stats.status = f"finished: {err}"
                 logger.info(f"{err}; nothing more to publish (set loop to repeat)")
                 return
-            except SourceError as err:
-                self.stats.read_errors += 1
+            except DEVICE_ERRORS as err:
+                self.stats.errors += 1
                 self.stats.error = str(err)
                 logger.error(f"{err}; re-opening in {_RETRY_S} s",
                              throttle_duration_sec=10.0)
                 self._reopen()
-            except Exception as err:  # noqa: BLE001 - keep capturing; report what failed
-                self.stats.read_errors += 1
+            except Exception as err:  # noqa: BLE001 - keep working; report what failed
+                self.stats.errors += 1
                 self.stats.error = f"{type(err).__name__}: {err}"
-                logger.error(f"capture step failed: {self.stats.error}",
+                logger.error(f"worker step failed: {self.stats.error}",
                              throttle_duration_sec=10.0)
                 self._stop.wait(_RETRY_S)
 
@@ -209,11 +222,11 @@ class CaptureNode(LifecycleNode):
         if self._stop.wait(_RETRY_S):
             return
         try:
-            self._source.close()
-            self._source.open()
+            self._device.close()
+            self._device.open()
             self.start_stream()
-        except SourceError as err:
-            self.stats.read_errors += 1
+        except DEVICE_ERRORS as err:
+            self.stats.errors += 1
             self.stats.error = str(err)
 
     # ----------------------------------------------------------------- diagnostics
@@ -226,12 +239,12 @@ class CaptureNode(LifecycleNode):
             DiagnosticArray(header=header(self.now_ns(), ""), status=[status]))
 
     def hardware_id(self) -> str:
-        """What the source is, for diagnostics."""
-        return self._source.describe() if self._source is not None else ""
+        """What the device is, for diagnostics."""
+        return self._device.describe() if self._device is not None else ""
 
 
-def run_node(node_factory: Callable[[], CaptureNode], args: list[str] | None = None) -> int:
-    """Run a capture node until shutdown; the entry point of the node executables.
+def run_node(node_factory: Callable[[], DeviceNode], args: list[str] | None = None) -> int:
+    """Run a device node until shutdown; the entry point of the node executables.
 
     Returns 2 when the node cannot start (a bad parameter), with the reason logged.
     """
