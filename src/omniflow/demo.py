@@ -18,9 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
-from omniflow.graph import sample_overrides, sensor_nodes
+from omniflow.graph import frame_publisher_env, sample_overrides, sensor_nodes
 from omniflow.launcher import NodeProcess
-from omniflow.resources import sample
+from omniflow.resources import sample, share_dir
 
 NAMESPACE = "/omniflow_demo"
 _PREVIEW_CHARS = " .:-=+*#%@"
@@ -64,7 +64,9 @@ def run(seconds: float, audio: Path, video: Path) -> int:
     from omniflow.ros.qos import SENSOR_DATA
 
     overrides = sample_overrides(str(audio), str(video))
-    nodes = [NodeProcess(spec) for spec in sensor_nodes(NAMESPACE, overrides)]
+    camera_env = frame_publisher_env(str(share_dir()))
+    nodes = [NodeProcess(spec) for spec in sensor_nodes(NAMESPACE, overrides,
+                                                        camera_env=camera_env)]
     context = rclpy.Context()
     rclpy.init(context=context)
     node = rclpy.create_node("omniflow_demo_monitor", context=context)

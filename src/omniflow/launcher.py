@@ -32,6 +32,7 @@ class NodeSpec:
     remappings: Mapping[str, str] = field(default_factory=dict)
     namespace: str = ""
     log_level: str = "info"
+    env: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def executable(self) -> str:
@@ -68,7 +69,7 @@ class NodeProcess:
         self._log = self._log_path.open("wb")
         self.process = subprocess.Popen(
             spec.argv(params_file), stdout=self._log, stderr=subprocess.STDOUT,
-            env={**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, **spec.env, **(env or {}), "PYTHONUNBUFFERED": "1"},
             start_new_session=True)
 
     @property

@@ -66,3 +66,15 @@ def test_readme_parameter_tables_are_generated_from_the_specs():
         block = f"<!-- params:{name} -->\n{table}\n<!-- /params:{name} -->"
         assert block in readme, (f"README's {name} parameter table is out of date: "
                                  "paste the output of `python -m omniflow.docs`")
+
+
+def test_the_camera_gets_the_large_frames_dds_profile_unless_one_is_set(monkeypatch):
+    from omniflow.graph import DDS_PROFILE_VARIABLE, FRAME_PUBLISHER_PROFILE, frame_publisher_env
+    assert (ROOT.joinpath(*FRAME_PUBLISHER_PROFILE)).is_file()
+    monkeypatch.delenv(DDS_PROFILE_VARIABLE, raising=False)
+    env = frame_publisher_env("/opt/share/omniflow")
+    assert env == {DDS_PROFILE_VARIABLE: "/opt/share/omniflow/config/fastdds/large_frames.xml"}
+    specs = sensor_nodes(camera_env=env)
+    assert [spec.env for spec in specs] == [{}, env]
+    monkeypatch.setenv(DDS_PROFILE_VARIABLE, "/mine.xml")
+    assert frame_publisher_env("/opt/share/omniflow") == {}
