@@ -56,8 +56,11 @@ test-fast: setup
 demo: setup
 	$(PY) -m omniflow.demo
 
+# Discovery stays on loopback (the script clears transport variables in its children).
 bench: setup
-	$(PY) benchmarks/transport.py --all --json build/bench/transport.json
+	@mkdir -p build/bench
+	$(PY) benchmarks/transport.py --all --rounds 3 --table \
+		--env ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST --json build/bench/transport.json
 
 # Re-pin every Python dependency to what is installed now (after changing requirements/*.txt).
 lock:

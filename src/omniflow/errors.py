@@ -18,10 +18,6 @@ class SourceError(OmniflowError):
     """A capture source (device or file) could not be opened or read."""
 
 
-class DeviceNotFoundError(SourceError):
-    """The requested device does not exist; the message lists those that do."""
-
-
 class SourceExhausted(SourceError):
     """A file source reached its end and is not set to loop."""
 
@@ -40,3 +36,7 @@ class EngineError(OmniflowError):
 
 class SinkError(OmniflowError):
     """An audio output (device or file) could not be opened or written."""
+
+
+class DeviceNotFoundError(SourceError, SinkError):
+    """The requested input or output device does not exist; the message lists those that do."""

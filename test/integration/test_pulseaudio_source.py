@@ -1,10 +1,11 @@
 """Real-device test of SoundDeviceSource through a private PulseAudio daemon.
 
-scripts/pulse_null.sh starts PulseAudio (no sound card needed) with a null sink
-and a virtual source on its monitor. PortAudio reaches it through the ALSA
-"pulse" plugin device, which is real-time paced: this exercises the PortAudio
-callback, the ClockMapper stamping and the bounded queue for real. A tone
-played into the null sink with paplay proves the samples are real audio.
+The pulse_server fixture (test/integration/pulse.py) starts PulseAudio (no sound
+card needed) with a null sink and a virtual source on its monitor. PortAudio
+reaches it through the ALSA "pulse" plugin device, which is real-time paced:
+this exercises the PortAudio callback, the ClockMapper stamping and the
+bounded queue for real. A tone played into the null sink with paplay proves
+the samples are real audio.
 
 Needs the Debian packages pulseaudio, pulseaudio-utils, libasound2-plugins and
 libportaudio2; skipped with the reason when one is missing.
@@ -12,13 +13,8 @@ libportaudio2; skipped with the reason when one is missing.
 
 from __future__ import annotations
 
-import glob
-import os
-import shutil
 import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -26,73 +22,21 @@ import pytest
 import soundfile
 
 from omniflow.devices.audio import AudioBlock, SoundDeviceSource
+from pulse import FIRST_BLOCK_TIMEOUT_S, SINK, pulse_server  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.pulseaudio
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "pulse_null.sh"
 BLOCK_FRAMES = 640
 RATE = 16000
 BLOCK_S = BLOCK_FRAMES / RATE
-FIRST_BLOCK_TIMEOUT_S = 3.0  # PulseAudio's first callbacks can take up to ~2 s
 TONE_HZ = 1000.0
-
-
-def _missing_requirement() -> str | None:
-    for tool in ("pulseaudio", "pactl", "paplay"):
-        if shutil.which(tool) is None:
-            return f"{tool} is not installed (apt-get install pulseaudio pulseaudio-utils)"
-    if not glob.glob("/usr/lib/*/alsa-lib/libasound_module_pcm_pulse.so") and not glob.glob(
-        "/usr/lib/alsa-lib/libasound_module_pcm_pulse.so"
-    ):
-        return "the ALSA pulse plugin is not installed (apt-get install libasound2-plugins)"
-    try:
-        import sounddevice  # noqa: F401
-    except OSError as err:
-        return f"PortAudio is not installed (apt-get install libportaudio2): {err}"
-    return None
-
-
-@pytest.fixture(scope="module")
-def pulse_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A private PulseAudio daemon for this module; PULSE_SERVER exported while it runs."""
-    reason = _missing_requirement()
-    if reason is not None:
-        pytest.skip(reason)
-    env = {**os.environ, "OMNIFLOW_PULSE_DIR": str(tmp_path_factory.mktemp("pulse"))}
-    started = subprocess.run(
-        ["bash", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=30, check=False
-    )
-    assert started.returncode == 0, f"pulse_null.sh failed: {started.stderr}"
-    server = started.stdout.strip()
-    previous = os.environ.get("PULSE_SERVER")
-    os.environ["PULSE_SERVER"] = server
-    _rescan_portaudio()
-    try:
-        yield server
-    finally:
-        subprocess.run(
-            ["bash", str(SCRIPT), "--stop"], env=env, capture_output=True, timeout=30, check=False
-        )
-        if previous is None:
-            os.environ.pop("PULSE_SERVER", None)
-        else:
-            os.environ["PULSE_SERVER"] = previous
-        _rescan_portaudio()
-
-
-def _rescan_portaudio() -> None:
-    """PortAudio lists devices once at initialisation: re-initialise if already imported."""
-    sd = sys.modules.get("sounddevice")
-    if sd is not None:
-        sd._terminate()
-        sd._initialize()
 
 
 def _play_tone(path: Path, seconds: float) -> subprocess.Popen[bytes]:
     t = np.arange(int(RATE * seconds)) / RATE
     soundfile.write(str(path), 0.5 * np.sin(2 * np.pi * TONE_HZ * t), RATE, subtype="PCM_16")
     return subprocess.Popen(
-        ["paplay", "-d", "omniflow_null", str(path)],
+        ["paplay", "-d", SINK, str(path)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 import soundfile
 
+from omniflow.core.resample import StreamResampler
 from omniflow.devices.audio import (
     AudioBlock,
     AudioFileSource,
     SoundDeviceSource,
-    _StreamResampler,
     describe_input_devices,
     open_audio_source,
     resolve_input_device,
@@ -118,7 +118,7 @@ def test_streaming_resampler_matches_whole_signal() -> None:
 
     rng = np.random.default_rng(3)
     signal = rng.standard_normal((44100 + 777, 2)).astype(np.float32)
-    resampler = _StreamResampler(44100, 16000, 2)
+    resampler = StreamResampler(44100, 16000, 2)
     pieces = []
     start = 0
     for size in [5, 3000, 441, 10000, 1, 20000]:

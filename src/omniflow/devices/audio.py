@@ -13,7 +13,6 @@ library, e.g. CI or replay hosts.
 from __future__ import annotations
 
 import abc
-import math
 import threading
 import time
 from collections import deque
@@ -25,9 +24,9 @@ from typing import Any
 
 import numpy as np
 import soundfile
-from scipy.signal import resample_poly
 
 from omniflow.core.clock import ClockMapper
+from omniflow.core.resample import StreamResampler
 from omniflow.errors import (
     ConfigError,
     DeviceNotFoundError,
@@ -431,58 +430,6 @@ class SoundDeviceSource(AudioSource):
 # --------------------------------------------------------------------------- files
 
 
-class _StreamResampler:
-    """Polyphase resampling of a stream in chunks, identical to one whole-signal call.
-
-    ``scipy.signal.resample_poly`` treats the signal as zero outside its ends.
-    Each chunk is processed with ``pad`` input samples of real context on
-    both sides (a multiple of ``down``, wider than the filter's reach), and
-    only the outputs belonging to the chunk are kept, so chunk boundaries
-    leave no trace: the result equals ``resample_poly(whole_file)`` sample for
-    sample. The carry between chunks is ``pad`` samples of history plus the
-    unprocessed tail.
-    """
-
-    def __init__(self, rate_in: int, rate_out: int, channels: int) -> None:
-        g = math.gcd(rate_in, rate_out)
-        self.up = rate_out // g
-        self.down = rate_in // g
-        # resample_poly's default filter has half-length 10 * max(up, down) at the
-        # upsampled rate, i.e. that divided by `up` input samples.
-        reach = math.ceil(10 * max(self.up, self.down) / self.up) + 1
-        self.pad = math.ceil(reach / self.down) * self.down
-        self._channels = channels
-        self._history = np.zeros((self.pad, channels), dtype=np.float32)
-        self._pending = np.zeros((0, channels), dtype=np.float32)
-        self._in_total = 0
-        self._out_total = 0
-
-    def process(self, chunk: np.ndarray, final: bool = False) -> np.ndarray:
-        """Feed float samples ``(n, channels)``; return the outputs now computable."""
-        self._pending = np.concatenate([self._pending, chunk])
-        self._in_total += len(chunk)
-        if final:
-            n = math.ceil(len(self._pending) / self.down) * self.down
-            zeros = np.zeros((n - len(self._pending) + self.pad, self._channels), np.float32)
-            tail = np.concatenate([self._pending, zeros])
-            body, right = tail[:n], tail[n:]
-        else:
-            n = (len(self._pending) - self.pad) // self.down * self.down
-            if n <= 0:
-                return np.zeros((0, self._channels), dtype=np.float32)
-            body, right = self._pending[:n], self._pending[n : n + self.pad]
-        segment = np.concatenate([self._history, body, right])
-        out = resample_poly(segment, self.up, self.down, axis=0)
-        start = self.pad * self.up // self.down
-        out = out[start : start + n * self.up // self.down]
-        self._history = np.concatenate([self._history, body])[-self.pad :]
-        self._pending = self._pending[n:]
-        if final:
-            out = out[: math.ceil(self._in_total * self.up / self.down) - self._out_total]
-        self._out_total += len(out)
-        return out.astype(np.float32, copy=False)
-
-
 def _to_int16(samples: np.ndarray) -> np.ndarray:
     """Float samples in [-1, 1) to int16, rounded and clipped (libsndfile's scaling)."""
     return np.clip(np.rint(samples * 32768.0), -32768, 32767).astype(np.int16)
@@ -526,7 +473,7 @@ class AudioFileSource(AudioSource):
         self.loop = loop
         self._warn = warn
         self._file: soundfile.SoundFile | None = None
-        self._resampler: _StreamResampler | None = None
+        self._resampler: StreamResampler | None = None
         self._buffer = np.zeros((0, channels), dtype=np.int16)
         self._eof = False
         self._passes = 0
@@ -573,7 +520,7 @@ class AudioFileSource(AudioSource):
         self._buffer = np.zeros((0, self.channels), dtype=np.int16)
         rate = int(self._file.samplerate)
         self._resampler = (
-            _StreamResampler(rate, self.sample_rate, self.channels)
+            StreamResampler(rate, self.sample_rate, self.channels)
             if rate != self.sample_rate
             else None
         )

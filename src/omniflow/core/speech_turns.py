@@ -1,0 +1,172 @@
+"""Which phrases to speak and when to stop: the speech node's decisions, without ROS.
+
+A :class:`SpeechPlanner` receives the streamed response (turn id, index, text delta, final
+flag) and interruptions, and answers with actions: :class:`Speak` a phrase, :class:`Stop`
+the current turn, :class:`TurnDone` when every phrase of a turn was handed out. Phrasing is
+a :class:`omniflow.core.phrases.PhraseChunker`'s, one per turn.
+
+A turn is *open* while its chunks arrive and *audible* until the node reports that its last
+phrase was played (:meth:`SpeechPlanner.played_out`): the text of an answer usually arrives
+much faster than it is spoken.
+
+Ordering rules, for a robot whose dialogue manager may restart or resend:
+- a chunk of a newer turn stops the current one, open or still audible (the robot never
+  talks over itself, and never finishes an answer that was replaced);
+- chunks of a turn that was stopped, or of an older turn, are ignored and counted;
+- within a turn, a repeated index is ignored; an index that arrives early waits for the
+  missing ones up to ``gap_timeout_s``, after which the missing ones are skipped (counted);
+- a chunk with index 0 of an unknown turn id lower than the current one is a restarted
+  dialogue manager, not a stale chunk: it starts a new turn.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from omniflow.core.phrases import Phrase, PhraseChunker
+
+# How many stopped or finished turn ids are remembered to recognise late chunks.
+_REMEMBERED_TURNS = 64
+
+
+@dataclass(frozen=True)
+class Speak:
+    """Synthesise and play this phrase of this turn."""
+
+    turn_id: int
+    phrase: Phrase
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Stop the turn now: drop what is queued, silence the speaker."""
+
+    turn_id: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class TurnDone:
+    """Every phrase of the turn was handed out; the speaker goes idle when they are played."""
+
+    turn_id: int
+
+
+Action = Speak | Stop | TurnDone
+
+
+@dataclass
+class PlannerCounts:
+    """What the planner ignored or skipped, for diagnostics."""
+
+    stale_chunks: int = 0
+    duplicate_chunks: int = 0
+    skipped_chunks: int = 0
+
+
+class SpeechPlanner:
+    """Turns response chunks and interruptions into speech actions (see the module doc)."""
+
+    def __init__(self, chunker_factory: Callable[[], PhraseChunker],
+                 gap_timeout_s: float = 0.5) -> None:
+        self._new_chunker = chunker_factory
+        self._gap_timeout_s = gap_timeout_s
+        self._turn: int | None = None
+        self._chunker: PhraseChunker | None = None
+        self._next_index = 0
+        self._early: dict[int, tuple[str, bool, float]] = {}
+        self._closed: deque[int] = deque(maxlen=_REMEMBERED_TURNS)
+        self._audible: int | None = None  # the last turn with phrases, until played out
+        self.counts = PlannerCounts()
+
+    @property
+    def current_turn(self) -> int | None:
+        """The turn being spoken (None when idle)."""
+        return self._turn
+
+    def on_chunk(self, turn_id: int, index: int, text_delta: str, is_final: bool,
+                 now_s: float) -> list[Action]:
+        """Account for one response chunk."""
+        actions: list[Action] = []
+        if turn_id in self._closed:
+            self.counts.stale_chunks += 1
+            return actions
+        if turn_id != self._turn:
+            if self._turn is not None and turn_id < self._turn and index != 0:
+                self.counts.stale_chunks += 1
+                return actions
+            if self._turn is not None:
+                actions.append(self._close(f"turn {turn_id} started"))
+            elif self._audible is not None:
+                actions.append(Stop(self._audible, f"turn {turn_id} started"))
+            self._open(turn_id)
+        if index < self._next_index or index in self._early:
+            self.counts.duplicate_chunks += 1
+            return actions
+        self._early[index] = (text_delta, is_final, now_s)
+        actions += self._drain(now_s)
+        return actions
+
+    def interrupt(self, reason: str) -> list[Action]:
+        """Stop the current turn (barge-in, cancel), open or still audible; nothing to do
+        when silent."""
+        if self._turn is not None:
+            return [self._close(reason)]
+        if self._audible is not None:
+            stopped, self._audible = self._audible, None
+            return [Stop(stopped, reason)]
+        return []
+
+    def played_out(self, turn_id: int) -> None:
+        """The node played the turn's last phrase: a new turn no longer needs to stop it."""
+        if self._audible == turn_id:
+            self._audible = None
+
+    def poll(self, now_s: float) -> list[Action]:
+        """Time-driven decisions: the chunker's time budget, and giving up on missing chunks."""
+        if self._turn is None:
+            return []
+        actions: list[Action] = []
+        if self._early:
+            oldest = min(arrived for _, _, arrived in self._early.values())
+            if now_s - oldest >= self._gap_timeout_s:
+                first = min(self._early)
+                self.counts.skipped_chunks += first - self._next_index
+                self._next_index = first
+                actions += self._drain(now_s)
+        if self._chunker is not None:
+            actions += self._speak(self._chunker.poll(now_s))
+        return actions
+
+    def _open(self, turn_id: int) -> None:
+        self._turn = self._audible = turn_id
+        self._chunker = self._new_chunker()
+        self._next_index = 0
+        self._early.clear()
+
+    def _close(self, reason: str) -> Stop:
+        stopped = Stop(self._turn, reason)
+        self._closed.append(self._turn)
+        self._turn, self._chunker, self._audible = None, None, None
+        self._early.clear()
+        return stopped
+
+    def _drain(self, now_s: float) -> list[Action]:
+        actions: list[Action] = []
+        while self._next_index in self._early:
+            text, is_final, _ = self._early.pop(self._next_index)
+            self._next_index += 1
+            actions += self._speak(self._chunker.feed(text, now_s))
+            if is_final:
+                actions += self._speak(self._chunker.finish())
+                actions.append(TurnDone(self._turn))
+                self._closed.append(self._turn)
+                self._turn, self._chunker = None, None
+                self._early.clear()
+                break
+        return actions
+
+    def _speak(self, phrases: list[Phrase]) -> list[Action]:
+        return [Speak(self._turn, phrase) for phrase in phrases]
