@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from omniflow.graph import frame_publisher_env, sample_overrides, sensor_nodes
+from omniflow.graph import CAPTURE_NODES, frame_publisher_env, graph_nodes, sample_overrides
 from omniflow.launcher import NodeProcess
 from omniflow.resources import sample, share_dir
 
@@ -65,8 +65,8 @@ def run(seconds: float, audio: Path, video: Path) -> int:
 
     overrides = sample_overrides(str(audio), str(video))
     camera_env = frame_publisher_env(str(share_dir()))
-    nodes = [NodeProcess(spec) for spec in sensor_nodes(NAMESPACE, overrides,
-                                                        camera_env=camera_env)]
+    nodes = [NodeProcess(spec) for spec in graph_nodes(CAPTURE_NODES, NAMESPACE, overrides,
+                                                       camera_env=camera_env)]
     context = rclpy.Context()
     rclpy.init(context=context)
     node = rclpy.create_node("omniflow_demo_monitor", context=context)

@@ -11,6 +11,8 @@ from omniflow.launcher import NodeSpec
 
 # Capture nodes own a device: launch files respawn them when they die.
 CAPTURE_NODES = ("audio_capture", "camera")
+# Every node of the graph so far, in launch order.
+GRAPH_NODES = (*CAPTURE_NODES, "speech")
 
 # The Fast DDS profile for processes that publish camera frames (config/fastdds/): a 16 MiB
 # shared-memory segment instead of 512 KiB, so a full-HD frame crosses processes in ~9 ms
@@ -27,18 +29,18 @@ def frame_publisher_env(share_dir: str) -> dict[str, str]:
     return {DDS_PROFILE_VARIABLE: os.path.join(share_dir, *FRAME_PUBLISHER_PROFILE)}
 
 
-def sensor_nodes(namespace: str = "",
-                 overrides: Mapping[str, Mapping[str, object]] | None = None,
-                 log_level: str = "info",
-                 camera_env: Mapping[str, str] | None = None) -> list[NodeSpec]:
-    """The audio capture and camera nodes, with per-node parameter overrides by node name,
-    and extra environment for the camera process (see :func:`frame_publisher_env`)."""
+def graph_nodes(names: tuple[str, ...] = GRAPH_NODES, namespace: str = "",
+                overrides: Mapping[str, Mapping[str, object]] | None = None,
+                log_level: str = "info",
+                camera_env: Mapping[str, str] | None = None) -> list[NodeSpec]:
+    """The named nodes, with per-node parameter overrides by node name, and extra
+    environment for the camera process (see :func:`frame_publisher_env`)."""
     overrides = overrides or {}
     envs = {"camera": dict(camera_env or {})}
     return [NodeSpec(module=f"omniflow.nodes.{name}", name=name,
                      parameters=dict(overrides.get(name, {})), namespace=namespace,
                      log_level=log_level, env=envs.get(name, {}))
-            for name in CAPTURE_NODES]
+            for name in names]
 
 
 def sample_overrides(audio_path: str, video_path: str) -> dict[str, dict[str, object]]:

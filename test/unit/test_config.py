@@ -8,13 +8,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from omniflow.graph import CAPTURE_NODES, sample_overrides, sensor_nodes
-from omniflow.nodes import audio_capture, camera
+from omniflow.graph import CAPTURE_NODES, GRAPH_NODES, graph_nodes, sample_overrides
+from omniflow.nodes import audio_capture, camera, speech
 from omniflow.ros.device_node import COMMON_PARAMS
 
 ROOT = Path(__file__).parents[2]
 SPECS = {"audio_capture": audio_capture.PARAMS + COMMON_PARAMS,
-         "camera": camera.PARAMS + COMMON_PARAMS}
+         "camera": camera.PARAMS + COMMON_PARAMS,
+         "speech": speech.PARAMS + COMMON_PARAMS}
 
 
 def profile_entries():
@@ -37,8 +38,9 @@ def test_profiles_are_keyed_by_node_name_or_wildcard():
         assert keys <= set(SPECS) | {"/**"}, path.name
 
 
-def test_sensor_nodes_describe_both_capture_nodes_with_overrides():
-    specs = sensor_nodes("/robot", sample_overrides("/a.wav", "/b.avi"))
+def test_graph_nodes_describe_every_node_with_overrides():
+    assert [spec.name for spec in graph_nodes()] == list(GRAPH_NODES)
+    specs = graph_nodes(CAPTURE_NODES, "/robot", sample_overrides("/a.wav", "/b.avi"))
     assert [spec.name for spec in specs] == list(CAPTURE_NODES)
     assert [spec.executable for spec in specs] == ["audio_capture", "camera"]
     assert specs[0].parameters["file.path"] == "/a.wav"
@@ -74,7 +76,7 @@ def test_the_camera_gets_the_large_frames_dds_profile_unless_one_is_set(monkeypa
     monkeypatch.delenv(DDS_PROFILE_VARIABLE, raising=False)
     env = frame_publisher_env("/opt/share/omniflow")
     assert env == {DDS_PROFILE_VARIABLE: "/opt/share/omniflow/config/fastdds/large_frames.xml"}
-    specs = sensor_nodes(camera_env=env)
-    assert [spec.env for spec in specs] == [{}, env]
+    specs = graph_nodes(camera_env=env)
+    assert [spec.env for spec in specs] == [{}, env, {}]
     monkeypatch.setenv(DDS_PROFILE_VARIABLE, "/mine.xml")
     assert frame_publisher_env("/opt/share/omniflow") == {}

@@ -40,8 +40,8 @@ PARAMS = (
               "speaker", unit="ms", minimum=5, maximum=20),
     ParamSpec("max_queue_ms", 2000, "Speech synthesised ahead of playback at most",
               unit="ms", minimum=200, maximum=30000),
-    ParamSpec("chunker.first_min_words", 2, "The first phrase may go at a comma once it has "
-              "this many words", minimum=1, maximum=20, live=True),
+    ParamSpec("chunker.first_min_words", 1, "The first phrase may go at a comma once it has "
+              "this many words (1: \"Sure,\" goes at once)", minimum=1, maximum=20, live=True),
     ParamSpec("chunker.first_max_words", 6, "The first phrase goes after this many words "
               "even without punctuation", minimum=1, maximum=50, live=True),
     ParamSpec("chunker.first_max_wait_ms", 350, "The first phrase goes this long after the "

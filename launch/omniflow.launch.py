@@ -1,6 +1,6 @@
-"""Launch the omniflow sensor nodes (audio capture and camera) on a robot.
+"""Launch the omniflow nodes (audio capture, camera, speech) on a robot.
 
-    ros2 launch omniflow sensors.launch.py params_file:=/path/to/my.yaml namespace:=robot1
+    ros2 launch omniflow omniflow.launch.py params_file:=/path/to/my.yaml namespace:=robot1
 
 The nodes and their defaults come from ``omniflow.graph`` (unit-tested); this file only
 turns them into launch actions. Capture nodes are respawned if they exit.
@@ -16,7 +16,7 @@ from omniflow.graph import (
     CAPTURE_NODES,
     DDS_PROFILE_VARIABLE,
     FRAME_PUBLISHER_PROFILE,
-    sensor_nodes,
+    graph_nodes,
 )
 
 
@@ -50,6 +50,6 @@ def generate_launch_description() -> LaunchDescription:
                          {"use_sim_time": LaunchConfiguration("use_sim_time")}],
              arguments=["--ros-args", "--log-level", LaunchConfiguration("log_level")],
              additional_env=camera_env if spec.name == "camera" else None)
-        for spec in sensor_nodes()
+        for spec in graph_nodes()
     ]
     return LaunchDescription(arguments + nodes)
