@@ -27,6 +27,7 @@ import soundfile
 
 from omniflow.core.clock import ClockMapper
 from omniflow.core.resample import StreamResampler
+from omniflow.devices.portaudio import INPUT, describe_devices, import_sounddevice, resolve_device
 from omniflow.errors import (
     ConfigError,
     DeviceNotFoundError,
@@ -139,85 +140,20 @@ def _check_positive(name: str, value: int) -> None:
 
 
 def describe_input_devices(devices: Iterable[Mapping[str, Any]]) -> str:
-    """List input-capable devices as ``"index: name (N in)"`` lines, or say there are none.
-
-    ``devices`` is what ``sounddevice.query_devices()`` returns (a sequence of
-    dicts with ``index``, ``name`` and ``max_input_channels``). Pure function so
-    error messages can be tested without PortAudio.
-    """
-    lines = [
-        f"  {dev.get('index', i)}: {dev['name']} ({dev['max_input_channels']} in)"
-        for i, dev in enumerate(devices)
-        if dev.get("max_input_channels", 0) > 0
-    ]
-    if not lines:
-        return (
-            "no audio input devices are available (no sound card, or PulseAudio not "
-            "reachable: check PULSE_SERVER); use source:=file to read an audio file instead"
-        )
-    return "available input devices:\n" + "\n".join(lines)
+    """List input devices, or say there are none (see ``portaudio.describe_devices``)."""
+    return describe_devices(devices, INPUT)
 
 
 def resolve_input_device(
     devices: Iterable[Mapping[str, Any]], wanted: int | str | None
 ) -> int | None:
-    """Pick the PortAudio index of an input device.
-
-    Args:
-        devices: As returned by ``sounddevice.query_devices()``.
-        wanted: None for PortAudio's default input; an int index; or a name,
-            matched exactly (case-insensitive) first, then as a substring.
-
-    Returns:
-        The device index, or None meaning "PortAudio's default input device".
-
-    Raises:
-        DeviceNotFoundError: nothing matches (the message lists input devices),
-            or no input device exists at all.
-        ConfigError: a name matches several input devices.
-    """
-    devices = list(devices)
-    inputs = [
-        (int(dev.get("index", i)), str(dev["name"]))
-        for i, dev in enumerate(devices)
-        if dev.get("max_input_channels", 0) > 0
-    ]
-    listing = describe_input_devices(devices)
-    if not inputs:
-        what = "the default input device" if wanted is None else f"input device {wanted!r}"
-        raise DeviceNotFoundError(f"cannot open {what}: {listing}")
-    if wanted is None:
-        return None
-    if isinstance(wanted, int) and not isinstance(wanted, bool):
-        if any(index == wanted for index, _ in inputs):
-            return wanted
-        raise DeviceNotFoundError(f"no input device with index {wanted}; {listing}")
-    needle = str(wanted).strip().lower()
-    exact = [index for index, name in inputs if name.lower() == needle]
-    if len(exact) == 1:
-        return exact[0]
-    partial = [(index, name) for index, name in inputs if needle in name.lower()]
-    if len(partial) == 1:
-        return partial[0][0]
-    if not partial:
-        raise DeviceNotFoundError(f"no input device named like {wanted!r}; {listing}")
-    matches = ", ".join(f"{index}: {name}" for index, name in partial)
-    raise ConfigError(
-        f"input device name {wanted!r} is ambiguous, it matches {matches}; "
-        "give a longer name or the index"
-    )
+    """The index of an input device, None for the default (``portaudio.resolve_device``)."""
+    return resolve_device(devices, wanted, INPUT)
 
 
 def _import_sounddevice() -> ModuleType:
-    """Import sounddevice, translating a missing PortAudio library into SourceError."""
-    try:
-        import sounddevice
-    except OSError as err:  # raised when libportaudio cannot be loaded
-        raise SourceError(
-            f"the PortAudio library is missing ({err}); install it with "
-            "'apt-get install libportaudio2', or use source:=file"
-        ) from err
-    return sounddevice
+    """Import sounddevice; a missing PortAudio library becomes a SourceError."""
+    return import_sounddevice(SourceError, "use source:=file")
 
 
 class SoundDeviceSource(AudioSource):

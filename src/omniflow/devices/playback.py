@@ -58,6 +58,7 @@ import soundfile
 
 from omniflow.core.clock import ClockMapper
 from omniflow.core.timing import Pacer
+from omniflow.devices.portaudio import OUTPUT, describe_devices, import_sounddevice, resolve_device
 from omniflow.errors import AudioFormatError, ConfigError, DeviceNotFoundError, SinkError
 
 __all__ = [
@@ -419,85 +420,20 @@ class _QueuedSink(AudioSink):
 
 
 def describe_output_devices(devices: Iterable[Mapping[str, Any]]) -> str:
-    """List output-capable devices as ``"index: name (N out)"`` lines, or say there are none.
-
-    ``devices`` is what ``sounddevice.query_devices()`` returns. Pure function so
-    the error messages can be tested without PortAudio.
-    """
-    lines = [
-        f"  {dev.get('index', i)}: {dev['name']} ({dev['max_output_channels']} out)"
-        for i, dev in enumerate(devices)
-        if dev.get("max_output_channels", 0) > 0
-    ]
-    if not lines:
-        return (
-            "no audio output devices are available (no sound card, or PulseAudio not "
-            "reachable: check PULSE_SERVER); use sink:=null to play into nothing or "
-            "sink:=wav to write a WAV file instead"
-        )
-    return "available output devices:\n" + "\n".join(lines)
+    """List output devices, or say there are none (see ``portaudio.describe_devices``)."""
+    return describe_devices(devices, OUTPUT)
 
 
 def resolve_output_device(
     devices: Iterable[Mapping[str, Any]], wanted: int | str | None
 ) -> int | None:
-    """Pick the PortAudio index of an output device.
-
-    Args:
-        devices: As returned by ``sounddevice.query_devices()``.
-        wanted: None for PortAudio's default output; an int index; or a name,
-            matched exactly (case-insensitive) first, then as a substring.
-
-    Returns:
-        The device index, or None meaning "PortAudio's default output device".
-
-    Raises:
-        DeviceNotFoundError: nothing matches (the message lists output devices),
-            or no output device exists at all.
-        ConfigError: a name matches several output devices.
-    """
-    devices = list(devices)
-    outputs = [
-        (int(dev.get("index", i)), str(dev["name"]))
-        for i, dev in enumerate(devices)
-        if dev.get("max_output_channels", 0) > 0
-    ]
-    listing = describe_output_devices(devices)
-    if not outputs:
-        what = "the default output device" if wanted is None else f"output device {wanted!r}"
-        raise DeviceNotFoundError(f"cannot open {what}: {listing}")
-    if wanted is None:
-        return None
-    if isinstance(wanted, int) and not isinstance(wanted, bool):
-        if any(index == wanted for index, _ in outputs):
-            return wanted
-        raise DeviceNotFoundError(f"no output device with index {wanted}; {listing}")
-    needle = str(wanted).strip().lower()
-    exact = [index for index, name in outputs if name.lower() == needle]
-    if len(exact) == 1:
-        return exact[0]
-    partial = [(index, name) for index, name in outputs if needle in name.lower()]
-    if len(partial) == 1:
-        return partial[0][0]
-    if not partial:
-        raise DeviceNotFoundError(f"no output device named like {wanted!r}; {listing}")
-    matches = ", ".join(f"{index}: {name}" for index, name in partial)
-    raise ConfigError(
-        f"output device name {wanted!r} is ambiguous, it matches {matches}; "
-        "give a longer name or the index"
-    )
+    """The index of an output device, None for the default (``portaudio.resolve_device``)."""
+    return resolve_device(devices, wanted, OUTPUT)
 
 
 def _import_sounddevice() -> ModuleType:
-    """Import sounddevice, translating a missing PortAudio library into SinkError."""
-    try:
-        import sounddevice
-    except OSError as err:  # raised when libportaudio cannot be loaded
-        raise SinkError(
-            f"the PortAudio library is missing ({err}); install it with "
-            "'apt install libportaudio2', or use sink:=null or sink:=wav"
-        ) from err
-    return sounddevice
+    """Import sounddevice; a missing PortAudio library becomes a SinkError."""
+    return import_sounddevice(SinkError, "use sink:=null or sink:=wav")
 
 
 def _usable_clock(value: float) -> bool:
