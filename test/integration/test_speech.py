@@ -148,7 +148,8 @@ def test_stop_service_and_a_newer_turn_stop_the_current_one(ros_node, start_node
     "--help me",
     "🤖🎉",
     "",
-])
+    "and so on " * 3000,
+], ids=["shell", "option", "emoji", "empty", "very-long"])
 def test_hostile_or_unsayable_text_is_spoken_or_skipped_never_executed(ros_node, start_node,
                                                                       text):
     process = start_speech(start_node)

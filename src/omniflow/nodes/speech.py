@@ -214,6 +214,8 @@ class SpeechNode(DeviceNode):
         with self._lock:
             actions = self._planner.interrupt(reason)
             was_speaking = self._speaking is not None or bool(self._segments) or bool(actions)
+            for action in actions:
+                self._forget(action.turn_id)
             self._generation += 1
             self._segments.clear()
             self._todo.clear()
@@ -268,6 +270,7 @@ class SpeechNode(DeviceNode):
             self.stats.ignored_chunks = counts.stale_chunks + counts.duplicate_chunks
             for action in actions:
                 if isinstance(action, Stop):
+                    self._forget(action.turn_id)
                     self._generation += 1
                     self._segments.clear()
                     self._todo.clear()
@@ -280,6 +283,11 @@ class SpeechNode(DeviceNode):
             self.stats.stops += 1
             self.get_logger().info(f"stopped turn {action.turn_id}: {action.reason}")
             self._publish_state(None)
+
+    def _forget(self, turn_id: int) -> None:
+        """Drop what is kept about a stopped turn (call with the lock held)."""
+        self._turns_done.discard(turn_id)
+        self._first_token_ns.pop(turn_id, None)
 
     def _say(self, action: Speak, generation: int) -> None:
         """Synthesise one phrase and queue it, chunk by chunk as the engine produces audio,
@@ -352,8 +360,7 @@ class SpeechNode(DeviceNode):
     def _finish_turn(self, turn_id: int) -> None:
         with self._lock:
             self._planner.played_out(turn_id)
-        self._turns_done.discard(turn_id)
-        self._first_token_ns.pop(turn_id, None)
+            self._forget(turn_id)
         self.stats.turns += 1
         self._publish_state(None)
 
