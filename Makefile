@@ -62,6 +62,7 @@ bench: setup
 	$(PY) benchmarks/transport.py --all --rounds 3 --table \
 		--env ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST --json build/bench/transport.json
 	$(PY) benchmarks/speech.py --turns 8 --json build/bench/speech.json
+	$(PY) benchmarks/fusion_core.py --json build/bench/fusion_core.json
 
 # Re-pin every Python dependency to what is installed now (after changing requirements/*.txt).
 lock:
