@@ -1,0 +1,246 @@
+#!/usr/bin/env python3
+"""Resident memory of the fusion pipeline over a long accelerated stream (MB/hour).
+
+The fusion node's slice work, without ROS or DDS: a 128-slot
+:class:`~omniflow.core.tokens.TokenRing`, an :class:`~omniflow.core.association.Associator`
+(80/120 ms window, freshness on), a :class:`~omniflow.core.scheduler.TdmScheduler` at 40 ms,
+the webrtc VAD and the pocketsphinx recogniser on every chunk of speech (partials as they
+change, the final at the end), and the default vision encoder (mediapipe detectors + frame
+descriptor + LSH) on frames at ``--vision-rate``. The stream is real data looped in stream
+time: ``test/data/samples/hello.wav`` followed by ``--gap`` seconds of low noise, again and
+again, in 40 ms chunks; frames of ``test/data/samples/scene.avi`` in a loop. Stream time is
+simulated (no sleeping), so 30 minutes run in a few minutes of CPU.
+
+Found with this script: after about 100 s of this loop webrtc's adaptive noise model takes the
+steady noise gap for speech and never reports the end; the recogniser then decodes one endless
+utterance and RSS grew ~590 MB/hour. The node therefore cuts speech at
+``vad.max_utterance_s`` (15 s: final transcript, VAD reset), and so does this pipeline
+(``counts.forced_ends``).
+
+RSS is read from ``/proc/self/statm`` once per simulated minute; the figure is the slope of a
+least-squares line through the samples after ``--warmup`` simulated minutes (allocator and
+model caches settle first), in MB per simulated hour. Target: <= 0.03 MB/hour. Prints JSON;
+``--json PATH`` also writes it. A benchmark prints figures; it does not fail on a slow machine.
+
+    .venv/bin/python benchmarks/fusion_memory.py --minutes 30 --json build/bench/fusion_memory.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+import cv2
+import numpy as np
+import soundfile
+
+from omniflow.core.association import Associator
+from omniflow.core.scheduler import Slice, TdmScheduler
+from omniflow.core.semantic import CODE_BITS, Gate, LshEncoder
+from omniflow.core.tokens import Modality, Token, TokenRing
+from omniflow.engines.asr import PocketsphinxRecognizer
+from omniflow.engines.vad import NS_PER_SAMPLE, make_vad
+from omniflow.engines.vision import make_default_encoder
+from omniflow.nodes.fusion import audio_features
+
+SAMPLES = Path(__file__).resolve().parents[1] / "test" / "data" / "samples"
+_MS = 1_000_000
+_NS_PER_S = 1_000_000_000
+CHUNK = 640  # 40 ms at 16 kHz
+MAX_UTTERANCE_NS = 15 * _NS_PER_S  # the node's vad.max_utterance_s default
+
+
+def rss_mb() -> float:
+    """Resident set size of this process, from /proc/self/statm."""
+    with open("/proc/self/statm", encoding="ascii") as statm:
+        pages = int(statm.read().split()[1])
+    return pages * os.sysconf("SC_PAGE_SIZE") / 1e6
+
+
+def audio_loop(gap_s: float, seed: int = 0) -> np.ndarray:
+    """hello.wav then ``gap_s`` of quiet noise: one period of the looped stream."""
+    speech, rate = soundfile.read(SAMPLES / "hello.wav", dtype="int16")
+    assert rate == 16_000
+    rng = np.random.default_rng(seed)
+    gap = rng.normal(0, 30, int(gap_s * rate)).astype(np.int16)
+    period = np.concatenate([speech, gap])
+    return period[:len(period) // CHUNK * CHUNK]
+
+
+def video_frames(limit: int = 60) -> list[np.ndarray]:
+    """The RGB frames of scene.avi (looped by the caller)."""
+    capture = cv2.VideoCapture(str(SAMPLES / "scene.avi"))
+    frames = []
+    while len(frames) < limit:
+        ok, bgr = capture.read()
+        if not ok:
+            break
+        frames.append(np.ascontiguousarray(bgr[:, :, ::-1]))
+    capture.release()
+    return frames
+
+
+class Pipeline:
+    """The fusion node's four stages on plain values (see the node for the ROS side)."""
+
+    def __init__(self, vision_rate_hz: float) -> None:
+        self.ring = TokenRing(128)
+        self.associator = Associator(self.ring, 80 * _MS, 120 * _MS,
+                                     gate=Gate(max_hamming=CODE_BITS),
+                                     modalities=(Modality.VISION,))
+        self.vad = make_vad("webrtc", min_silence_ms=400.0)
+        self.asr = PocketsphinxRecognizer()
+        self.vision = make_default_encoder()
+        self.lsh = LshEncoder(16, seed=1)
+        self.vision_period_ns = int(_NS_PER_S / vision_rate_hz)
+        self.scheduler = TdmScheduler(40 * _MS, ingest=self.ingest, encode=self.encode,
+                                      associate=self.associate, emit=self.emit)
+        self.audio_in: list[tuple[int, np.ndarray]] = []
+        self.frame: tuple[int, np.ndarray] | None = None
+        self.last_vision_ns = 0
+        self.speech_start_ns = 0
+        self.decisions: list = []
+        self.texts: list = []
+        self.counts = {"finals": 0, "partials": 0, "decisions": 0, "vision": 0,
+                       "nonempty_finals": 0, "forced_ends": 0}
+
+    def ingest(self, current: Slice) -> None:
+        chunks, self.audio_in = self.audio_in, []
+        for stamp_ns, samples in chunks:
+            code = self.lsh.encode(audio_features(samples))
+            self.ring.insert(Token(stamp_ns, Modality.AUDIO, code))
+            fed = False
+            for event in self.vad.process(samples, stamp_ns):
+                if event.kind == "start":
+                    self.speech_start_ns = event.stamp_ns
+                    self.asr.start(stamp_ns)
+                    self.associator.request(Token(event.stamp_ns, Modality.AUDIO, code))
+                elif self.asr.active:
+                    self._feed(samples)
+                    fed = True
+                    result = self.asr.finish()
+                    self.texts.append((result.text, event.stamp_ns))
+                    self.counts["finals"] += 1
+                    self.counts["nonempty_finals"] += bool(result.text)
+            if self.asr.active and not fed:
+                self._feed(samples)
+            if self.vad.is_speech and stamp_ns - self.speech_start_ns > MAX_UTTERANCE_NS:
+                self.counts["forced_ends"] += 1  # as the node: final now, VAD reset
+                if self.asr.active:
+                    self.asr.finish()
+                    self.counts["finals"] += 1
+                self.vad.reset()
+
+    def _feed(self, samples: np.ndarray) -> None:
+        text = self.asr.feed(samples)
+        if text:
+            self.texts.append((text, None))
+            self.counts["partials"] += 1
+
+    def encode(self, current: Slice) -> None:
+        if self.frame is None:
+            return
+        stamp_ns, rgb = self.frame
+        if stamp_ns - self.last_vision_ns < self.vision_period_ns * 0.9:
+            return
+        self.frame, self.last_vision_ns = None, stamp_ns
+        result = self.vision.encode(rgb, stamp_ns)
+        summary = tuple((o.kind, o.region) for o in result.observations)
+        self.ring.insert(Token(stamp_ns, Modality.VISION, result.code, summary))
+        self.counts["vision"] += 1
+
+    def associate(self, current: Slice) -> None:
+        self.decisions.extend(self.associator.poll(current.end_ns - 40 * _MS))
+
+    def emit(self, current: Slice) -> None:
+        self.counts["decisions"] += len(self.decisions)
+        self.decisions.clear()
+        self.texts.clear()
+
+
+def slope_per_hour(minutes: list[float], values: list[float]) -> float:
+    """Least-squares slope of ``values`` against ``minutes``, per hour."""
+    if len(minutes) < 2:
+        return float("nan")
+    return float(np.polyfit(np.asarray(minutes), np.asarray(values), 1)[0] * 60.0)
+
+
+def run(minutes: float, warmup: float, vision_rate_hz: float, camera_fps: float,
+        gap_s: float) -> dict[str, object]:
+    audio = audio_loop(gap_s)
+    frames = video_frames()
+    pipeline = Pipeline(vision_rate_hz)
+    origin = 1_000 * _NS_PER_S
+    end_ns = origin + int(minutes * 60 * _NS_PER_S)
+    frame_period = int(_NS_PER_S / camera_fps)
+    chunk_ns = CHUNK * NS_PER_SAMPLE
+    samples_min: list[float] = []
+    samples_rss: list[float] = []
+    next_sample = origin
+    t_ns, chunk_index, frame_index = origin, 0, 0
+    next_frame_ns = origin
+    pipeline.scheduler.start(origin)
+    wall0 = time.perf_counter()
+    while t_ns < end_ns:
+        offset = (chunk_index * CHUNK) % len(audio)
+        pipeline.audio_in.append((t_ns, audio[offset:offset + CHUNK]))
+        chunk_index += 1
+        t_ns += chunk_ns
+        while next_frame_ns <= t_ns:
+            pipeline.frame = (next_frame_ns, frames[frame_index % len(frames)])
+            frame_index += 1
+            next_frame_ns += frame_period
+        pipeline.scheduler.run_due(t_ns)
+        if t_ns >= next_sample:
+            samples_min.append((t_ns - origin) / 60 / _NS_PER_S)
+            samples_rss.append(rss_mb())
+            next_sample += 60 * _NS_PER_S
+    wall = time.perf_counter() - wall0
+    kept = [(m, r) for m, r in zip(samples_min, samples_rss, strict=True) if m >= warmup]
+    stats = pipeline.scheduler.stats
+    return {
+        "simulated_minutes": minutes,
+        "warmup_minutes": warmup,
+        "wall_s": round(wall, 1),
+        "speedup": round(minutes * 60 / wall, 1),
+        "rss_mb_start": round(samples_rss[0], 2),
+        "rss_mb_after_warmup": round(kept[0][1], 2) if kept else None,
+        "rss_mb_end": round(samples_rss[-1], 2),
+        "rss_mb_max": round(max(samples_rss), 2),
+        "mb_per_hour": round(slope_per_hour([m for m, _ in kept], [r for _, r in kept]), 4),
+        "target_mb_per_hour": 0.03,
+        "samples": len(kept),
+        "counts": pipeline.counts,
+        "ring": pipeline.ring.stats.as_dict(),
+        "association": vars(pipeline.associator.stats),
+        "slices_run": stats.slices_run,
+        "stage_ms_mean": {name: round(ns / max(stats.slices_run, 1) / 1e6, 3)
+                          for name, ns in stats.stage_ns_total.items()},
+        "vision_rate_hz": vision_rate_hz,
+        "camera_fps": camera_fps,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=30.0, help="simulated stream length")
+    parser.add_argument("--warmup", type=float, default=5.0,
+                        help="simulated minutes left out of the slope")
+    parser.add_argument("--vision-rate", type=float, default=5.0, help="frames encoded per s")
+    parser.add_argument("--camera-fps", type=float, default=15.0, help="frames offered per s")
+    parser.add_argument("--gap", type=float, default=2.0, help="seconds between utterances")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args()
+    result = run(args.minutes, args.warmup, args.vision_rate, args.camera_fps, args.gap)
+    text = json.dumps(result, indent=2, default=str)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(text + "\n", encoding="utf-8")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,586 @@
+"""Fusion node: audio and camera streams -> transcripts and explained associations, per slice."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import rclpy
+from builtin_interfaces.msg import Duration
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rclpy.exceptions import InvalidParameterTypeException, InvalidParameterValueException
+from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
+from sensor_msgs.msg import Image
+from std_msgs.msg import String
+
+from omniflow.core import audio_format
+from omniflow.core.association import Associator, Decision
+from omniflow.core.association import TokenRef as CoreTokenRef
+from omniflow.core.params import ParamSpec
+from omniflow.core.scheduler import Slice, TdmScheduler
+from omniflow.core.semantic import CODE_BITS, Gate, LshEncoder
+from omniflow.core.tokens import Modality, Token, TokenRing
+from omniflow.engines.asr import PocketsphinxRecognizer, RecognitionResult
+from omniflow.engines.vad import NS_PER_SAMPLE, SAMPLE_RATE, VAD_ENGINES, make_vad
+from omniflow.engines.vision import VisionEncoder, make_default_encoder
+from omniflow.errors import AudioFormatError, ConfigError, EngineError, ImageFormatError
+from omniflow.msg import Association, AudioChunk, TokenRef, Transcript, TranscriptWord
+from omniflow.ros import conversions
+from omniflow.ros.params import declare_parameters, parameter_values
+from omniflow.ros.qos import EVENTS, LATCHED, SENSOR_DATA
+
+_MS = 1_000_000
+_NS_PER_S = 1_000_000_000
+
+PARAMS = (
+    ParamSpec("ring.capacity", 128, "Slots of the temporal token ring (all streams)",
+              minimum=16, maximum=4096, read_only=True),
+    ParamSpec("window.before_ms", 80, "Association window before the trigger", unit="ms",
+              minimum=0, maximum=2000, read_only=True),
+    ParamSpec("window.after_ms", 120, "Association window after the trigger (the decision "
+              "waits this long for late tokens)", unit="ms", minimum=0, maximum=2000,
+              read_only=True),
+    ParamSpec("scheduler.slice_ms", 40, "TDM slice: ingest, encode, associate and emit run "
+              "once per slice", unit="ms", minimum=20, maximum=500, read_only=True),
+    ParamSpec("vad.engine", "webrtc", "Voice-activity detector", choices=VAD_ENGINES,
+              read_only=True),
+    ParamSpec("vad.min_silence_ms", 400, "A pause at least this long ends an utterance "
+              "(shorter ones stay inside it; 300 ms split a sentence at a breath in tests)",
+              unit="ms", minimum=100, maximum=3000, read_only=True),
+    ParamSpec("vad.max_utterance_s", 15.0, "Speech longer than this is cut: the transcript is "
+              "finalised and the VAD reset (webrtc's noise model can drift into taking steady "
+              "noise for endless speech; this bounds the recogniser's memory)", unit="s",
+              minimum=2.0, maximum=120.0, read_only=True),
+    ParamSpec("asr.grammar_path", "", "JSGF grammar for command sets; empty: open "
+              "vocabulary (pocketsphinx's bundled language model)", read_only=True),
+    ParamSpec("vision.rate_hz", 5.0, "Frames encoded per second (the newest frame each time)",
+              unit="frames/s", minimum=0.5, maximum=30.0, read_only=True),
+    ParamSpec("vision.enabled", True, "Encode camera frames into vision tokens",
+              read_only=True),
+    ParamSpec("autostart", True, "Configure and activate at start-up; false leaves the "
+              "transitions to a lifecycle manager", read_only=True),
+    ParamSpec("max_future_ms", 1000, "Inputs stamped further ahead of the node clock are "
+              "rejected", unit="ms", minimum=0, maximum=60000, read_only=True),
+)
+
+# Bounded input buffers: callbacks append, the slice drains (the oldest is dropped when full).
+_AUDIO_BUFFER = 100      # chunks (4 s of 40 ms chunks)
+_FRAME_BUFFER = 2        # only the newest frame is ever encoded
+# Audio kept for the recogniser: the VAD reports a start up to ~0.2 s after it happened.
+_PREROLL_NS = 600 * _MS
+# Spectral bands of the audio token's feature vector (what its LSH code hashes).
+_AUDIO_BANDS = 16
+# Seconds between repeats of one kind of rejection in the log.
+_THROTTLE_S = 5.0
+# Kinds of rejection remembered for throttling (user-controlled text makes them unbounded).
+_MAX_LOG_KEYS = 64
+_DIGITS = re.compile(r"\d+")
+# Time the slice thread gets to finish its slice when the node deactivates.
+_JOIN_TIMEOUT_S = 3.0
+
+
+@dataclass
+class FusionStats:
+    """Counters of the fusion node's inputs and outputs, for diagnostics."""
+
+    audio_chunks: int = 0
+    frames: int = 0
+    rejected_audio: int = 0
+    rejected_images: int = 0
+    buffer_overflows: int = 0
+    vision_encoded: int = 0
+    speech_starts: int = 0
+    speech_ends: int = 0
+    forced_ends: int = 0      # utterances cut at vad.max_utterance_s
+    partials: int = 0
+    finals: int = 0
+    associations: int = 0
+    engine_errors: int = 0
+    last_reject_reason: str = ""
+
+
+def audio_features(samples: np.ndarray) -> np.ndarray:
+    """Log band energies of a chunk (``_AUDIO_BANDS`` values), centred: the audio token's
+    embedding, cheap enough for every chunk."""
+    spectrum = np.abs(np.fft.rfft(samples.astype(np.float32) / 32768.0)) ** 2
+    bands = np.array_split(spectrum, _AUDIO_BANDS)
+    energy = np.log10(np.array([b.sum() for b in bands], dtype=np.float64) + 1e-10)
+    return energy - energy.mean()
+
+
+class FusionNode(LifecycleNode):
+    """Turns the audio and camera streams into transcripts and association records.
+
+    ROS contract:
+        node name: ``fusion`` (lifecycle; autostarts unless ``autostart:=false``). Models (VAD,
+        recogniser, vision detectors) are loaded on configure and freed on cleanup; the
+        slice timer runs while active.
+        subscribes:
+            ``audio`` (omniflow/msg/AudioChunk, sensor-data QoS): 16 kHz mono S16LE or F32LE.
+            ``image_raw`` (sensor_msgs/Image, sensor-data QoS): rgb8, bgr8 or mono8.
+            Bad input (another rate or format, empty, NaN, a wrong step or encoding, zero
+            size, a zero stamp or one more than ``max_future_ms`` ahead) is rejected with a
+            throttled log line naming the problem and counted; nothing reaches the buffers.
+        publishes:
+            ``transcript`` (omniflow/msg/Transcript, reliable, keep last 50): partial
+            hypotheses while the user speaks (``is_final`` false, when they change) and the
+            final text at the end of speech (or when speech lasts longer than
+            ``vad.max_utterance_s``); start/end are the VAD's stream-time stamps.
+            ``associations`` (omniflow/msg/Association, reliable, keep last 50): one per
+            speech start (the trigger), with every vision candidate in
+            [t - before, t + after] and why each was or was not chosen.
+            ``~/status`` (std_msgs/String, latched): a JSON summary (state, engines, counts).
+            ``/diagnostics`` (diagnostic_msgs/DiagnosticArray, 1 Hz): buffer occupancy,
+            evictions, overruns, late drops, rejected inputs, per-stage times.
+        parameters: see ``PARAMS``; all apply at start-up (read-only).
+
+    Threads: subscription callbacks only validate and append to lock-guarded bounded buffers,
+    on a SingleThreadedExecutor; the slices (VAD, ASR, vision, association) run on their own
+    thread while active, driven by the node clock, so a slow encode never stalls the inputs.
+    (A timer in its own callback group on rclpy's MultiThreadedExecutor was tried first: it
+    lost 30-70 % of the 25 Hz audio chunks at the sensor-data QoS depth of 5, even with vision
+    off; the single-threaded executor plus a slice thread loses none.)
+    """
+
+    def __init__(self, *, vision_factory: Callable[[], VisionEncoder] | None = None,
+                 **kwargs) -> None:
+        super().__init__("fusion", **kwargs)
+        declare_parameters(self, PARAMS)
+        self.params = parameter_values(self, PARAMS)
+        self.stats = FusionStats()
+        self._vision_factory = vision_factory or make_default_encoder
+        self._lock = threading.Lock()
+        self._last_logged: dict[str, float] = {}  # rejection kind -> time.monotonic() logged
+        self._audio_in: deque[tuple[int, np.ndarray]] = deque()
+        self._frames_in: deque[tuple[int, np.ndarray]] = deque()
+        self._core_lock = threading.Lock()  # ring, associator, engines: the slice's alone
+        self._ring: TokenRing | None = None
+        self._associator: Associator | None = None
+        self._scheduler: TdmScheduler | None = None
+        self._vad = None
+        self._asr: PocketsphinxRecognizer | None = None
+        self._vision: VisionEncoder | None = None
+        self._audio_lsh = LshEncoder(_AUDIO_BANDS, seed=1)
+        self._preroll: deque[tuple[int, np.ndarray]] = deque()
+        self._speech_start_ns = 0
+        self._utterance = 0
+        self._last_audio_end_ns = 0
+        self._last_vision_ns = 0
+        self._pending_frame: tuple[int, np.ndarray] | None = None
+        self._decisions: list[Decision] = []
+        self._texts: list[Transcript] = []
+        self._state = "unconfigured"
+        self._transcript_pub = self._association_pub = None
+        self._status_pub = self.create_publisher(String, "~/status", LATCHED)
+        self._diagnostics = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self._stop = threading.Event()
+        self._worker: threading.Thread | None = None
+        self.create_subscription(AudioChunk, "audio", self._on_audio, SENSOR_DATA)
+        self.create_subscription(Image, "image_raw", self._on_image, SENSOR_DATA)
+        self.create_timer(1.0, self._publish_diagnostics)
+        self._publish_status()
+
+    # ----------------------------------------------------------------- helpers
+    def now_ns(self) -> int:
+        """The node clock (sim time under use_sim_time) in nanoseconds."""
+        return self.get_clock().now().nanoseconds
+
+    def _reject(self, kind: str, reason: str) -> None:
+        """Count a rejected input and log why, at most once per ``_THROTTLE_S`` for each kind
+        of problem (numbers aside), so a flood of one problem never hides another."""
+        key = f"{kind}: {_DIGITS.sub('#', reason)}"
+        now = time.monotonic()
+        with self._lock:
+            if kind == "audio":
+                self.stats.rejected_audio += 1
+            else:
+                self.stats.rejected_images += 1
+            self.stats.last_reject_reason = f"{kind}: {reason}"
+            if len(self._last_logged) >= _MAX_LOG_KEYS:
+                self._last_logged.clear()
+            due = now - self._last_logged.get(key, -_THROTTLE_S) >= _THROTTLE_S
+            if due:
+                self._last_logged[key] = now
+        if due:
+            what = "audio chunk" if kind == "audio" else "image"
+            self.get_logger().warning(f"{what} rejected: {reason}")
+
+    def _stamp_problem(self, stamp_ns: int) -> str | None:
+        if stamp_ns <= 0:
+            return "header.stamp is zero (no capture time)"
+        ahead = stamp_ns - self.now_ns()
+        limit = self.params["max_future_ms"] * _MS
+        if ahead > limit:
+            return (f"header.stamp is {ahead / _MS:.0f} ms ahead of the node clock "
+                    f"(at most {limit // _MS} ms allowed)")
+        return None
+
+    # ----------------------------------------------------------------- inputs
+    def _on_audio(self, msg: AudioChunk) -> None:
+        stamp_ns = conversions.ns_from_time(msg.header.stamp)
+        problem = self._stamp_problem(stamp_ns)
+        if problem is None:
+            problem, samples = _check_audio(msg)
+        if problem is not None:
+            self._reject("audio", problem)
+            return
+        with self._lock:
+            if len(self._audio_in) >= _AUDIO_BUFFER:
+                self._audio_in.popleft()
+                self.stats.buffer_overflows += 1
+            self._audio_in.append((stamp_ns, samples))
+            self.stats.audio_chunks += 1
+
+    def _on_image(self, msg: Image) -> None:
+        stamp_ns = conversions.ns_from_time(msg.header.stamp)
+        problem = self._stamp_problem(stamp_ns)
+        rgb = None
+        if problem is None:
+            if msg.width == 0 or msg.height == 0:
+                problem = f"zero size ({msg.width}x{msg.height})"
+            elif msg.encoding not in ("rgb8", "bgr8", "mono8"):
+                problem = f"unknown encoding {msg.encoding!r}; allowed: rgb8, bgr8, mono8"
+            else:
+                try:
+                    pixels = conversions.image_pixels(msg)
+                    rgb = _to_rgb(np.asarray(pixels), msg.encoding)
+                except (ImageFormatError, ValueError) as err:
+                    problem = str(err)
+        if problem is not None:
+            self._reject("image", problem)
+            return
+        with self._lock:
+            if len(self._frames_in) >= _FRAME_BUFFER:
+                self._frames_in.popleft()
+            self._frames_in.append((stamp_ns, rgb))
+            self.stats.frames += 1
+
+    # ----------------------------------------------------------------- lifecycle
+    def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
+        p = self.params
+        try:
+            vad = make_vad(p["vad.engine"], min_silence_ms=float(p["vad.min_silence_ms"]))
+            asr = PocketsphinxRecognizer(p["asr.grammar_path"] or None)
+            vision = self._vision_factory() if p["vision.enabled"] else None
+        except (ConfigError, EngineError) as err:
+            self.get_logger().error(f"cannot configure: {err}")
+            self._state = f"not configured: {err}"
+            self._publish_status()
+            return TransitionCallbackReturn.FAILURE
+        self._vad, self._asr, self._vision = vad, asr, vision
+        self._ring = TokenRing(p["ring.capacity"], max_future_ns=p["max_future_ms"] * _MS)
+        # Cross-modal trigger (audio onset) against vision codes: the Hamming distance between
+        # codes of different embeddings carries no meaning, so the gate accepts on the window
+        # alone (max_hamming = all bits) and the score only orders candidates.
+        self._associator = Associator(
+            self._ring, p["window.before_ms"] * _MS, p["window.after_ms"] * _MS,
+            gate=Gate(max_hamming=CODE_BITS), modalities=(Modality.VISION,))
+        self._scheduler = TdmScheduler(
+            p["scheduler.slice_ms"] * _MS, ingest=self._ingest, encode=self._encode,
+            associate=self._associate, emit=self._emit, on_error=self._on_stage_error)
+        self._transcript_pub = self.create_lifecycle_publisher(Transcript, "transcript", EVENTS)
+        self._association_pub = self.create_lifecycle_publisher(
+            Association, "associations", EVENTS)
+        self._state = "configured"
+        self.get_logger().info(
+            f"configured: vad {p['vad.engine']}, pocketsphinx "
+            f"({p['asr.grammar_path'] or 'open vocabulary'}), vision "
+            f"{'on' if vision else 'off'} ({p['vision.rate_hz']:g} frames/s), "
+            f"slice {p['scheduler.slice_ms']} ms")
+        self._publish_status()
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        with self._lock:
+            self._audio_in.clear()
+            self._frames_in.clear()
+        self._stop.clear()
+        self._worker = threading.Thread(target=self._run_slices, name="fusion-slices",
+                                        daemon=True)
+        self._worker.start()
+        self._state = "active"
+        self._publish_status()
+        return super().on_activate(state)
+
+    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self._stop_worker()
+        self._state = "inactive"
+        self._publish_status()
+        return super().on_deactivate(state)
+
+    def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self.release()
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self.release()
+        return TransitionCallbackReturn.SUCCESS
+
+    def release(self) -> None:
+        """Stop the slices and free the models; safe in any state."""
+        self._stop_worker()
+        with self._core_lock:
+            self._vad = self._asr = self._vision = None
+            self._ring = self._associator = self._scheduler = None
+        for publisher in (self._transcript_pub, self._association_pub):
+            if publisher is not None:
+                self.destroy_lifecycle_publisher(publisher)
+        self._transcript_pub = self._association_pub = None
+        self._state = "unconfigured"
+
+    def _stop_worker(self) -> None:
+        self._stop.set()
+        if self._worker is not None:
+            self._worker.join(_JOIN_TIMEOUT_S)
+            if self._worker.is_alive():
+                self.get_logger().error(f"slice thread did not stop within {_JOIN_TIMEOUT_S} s")
+            self._worker = None
+
+    # ----------------------------------------------------------------- slices
+    def _run_slices(self) -> None:
+        """The slice thread: look at the node clock every quarter slice and run what is due
+        (the scheduler merges overdue slices, so a slow one never queues more)."""
+        poll_s = self.params["scheduler.slice_ms"] / 4000
+        while not self._stop.wait(poll_s):
+            with self._core_lock:
+                if self._scheduler is not None:
+                    self._scheduler.run_due(self.now_ns())
+
+    def _on_stage_error(self, stage: str, err: Exception) -> None:
+        self.stats.engine_errors += 1
+        self.get_logger().error(f"{stage} stage failed: {type(err).__name__}: {err}",
+                                throttle_duration_sec=_THROTTLE_S)
+
+    def _ingest(self, current: Slice) -> None:
+        """Audio: VAD and ASR on every chunk, one audio token each; keep the newest frame."""
+        with self._lock:
+            chunks = list(self._audio_in)
+            self._audio_in.clear()
+            if self._frames_in:
+                self._pending_frame = self._frames_in[-1]
+                self._frames_in.clear()
+        for stamp_ns, samples in chunks:
+            self._ingest_chunk(stamp_ns, samples)
+
+    def _ingest_chunk(self, stamp_ns: int, samples: np.ndarray) -> None:
+        end_ns = stamp_ns + len(samples) * NS_PER_SAMPLE
+        if stamp_ns < self._last_audio_end_ns - _NS_PER_S:  # the stream restarted (a loop)
+            self._vad.reset()
+            self._preroll.clear()
+        self._last_audio_end_ns = end_ns
+        self._preroll.append((stamp_ns, samples))
+        while self._preroll and self._preroll[0][0] < end_ns - _PREROLL_NS:
+            self._preroll.popleft()
+        code = self._audio_lsh.encode(audio_features(samples))
+        token = Token(stamp_ns, Modality.AUDIO, code)
+        self._insert(token)
+        fed = False
+        for event in self._vad.process(samples, stamp_ns):
+            if event.kind == "start":
+                self.stats.speech_starts += 1
+                self._speech_start_ns = event.stamp_ns
+                self._utterance += 1
+                first = [(s, x) for s, x in self._preroll
+                         if s + len(x) * NS_PER_SAMPLE > event.stamp_ns]
+                self._asr.start(first[0][0])
+                for _, x in first:
+                    self._asr_feed(x, end_ns)
+                fed = True
+                self._associator.request(Token(event.stamp_ns, Modality.AUDIO, code))
+            else:
+                if self._asr.active and not fed:
+                    self._asr_feed(samples, end_ns)
+                    fed = True
+                self.stats.speech_ends += 1
+                if self._asr.active:
+                    self._final(self._asr.finish(), event.stamp_ns)
+        if self._asr.active and not fed:
+            self._asr_feed(samples, end_ns)
+        if self._vad.is_speech and \
+                end_ns - self._speech_start_ns > self.params["vad.max_utterance_s"] * _NS_PER_S:
+            self._cut_utterance(end_ns)
+
+    def _cut_utterance(self, end_ns: int) -> None:
+        """End an utterance that lasted too long: final transcript now, VAD from scratch."""
+        self.stats.forced_ends += 1
+        self.get_logger().warning(
+            f"speech lasted over {self.params['vad.max_utterance_s']:g} s: transcript "
+            "finalised and the VAD reset", throttle_duration_sec=_THROTTLE_S)
+        if self._asr.active:
+            self._final(self._asr.finish(), end_ns)
+        self._vad.reset()
+
+    def _asr_feed(self, samples: np.ndarray, end_ns: int) -> None:
+        text = self._asr.feed(samples)
+        if text is not None and text:
+            self.stats.partials += 1
+            self._texts.append(self._transcript(text, self._speech_start_ns, end_ns,
+                                                float("nan"), False, []))
+
+    def _final(self, result: RecognitionResult, end_ns: int) -> None:
+        self.stats.finals += 1
+        words = [TranscriptWord(word=w, start=conversions.time_from_ns(s),
+                                end=conversions.time_from_ns(e), confidence=float("nan"))
+                 for w, s, e in result.words]
+        self._texts.append(self._transcript(result.text, self._speech_start_ns, end_ns,
+                                            result.confidence, True, words))
+
+    def _transcript(self, text: str, start_ns: int, end_ns: int, confidence: float,
+                    final: bool, words: list[TranscriptWord]) -> Transcript:
+        return Transcript(header=conversions.header(self.now_ns(), "microphone"),
+                          utterance_id=self._utterance, start=conversions.time_from_ns(start_ns),
+                          end=conversions.time_from_ns(end_ns), text=text,
+                          confidence=confidence, is_final=final, words=words)
+
+    def _insert(self, token: Token) -> None:
+        try:
+            self._ring.insert(token, now_ns=self.now_ns())
+        except ValueError as err:  # counted by the ring; the input checks make it rare
+            self.get_logger().warning(str(err), throttle_duration_sec=_THROTTLE_S)
+
+    def _encode(self, current: Slice) -> None:
+        """Encode the newest frame when the vision rate allows."""
+        frame = self._pending_frame
+        if self._vision is None or frame is None:
+            return
+        stamp_ns, rgb = frame
+        since = stamp_ns - self._last_vision_ns
+        if 0 <= since < _NS_PER_S / self.params["vision.rate_hz"] * 0.9:  # < 0: a loop
+            return
+        self._pending_frame = None
+        self._last_vision_ns = stamp_ns
+        result = self._vision.encode(rgb, stamp_ns)
+        self.stats.vision_encoded += 1
+        summary = tuple((o.kind, o.region) for o in result.observations)
+        self._insert(Token(stamp_ns, Modality.VISION, result.code, summary))
+
+    def _associate(self, current: Slice) -> None:
+        """Decide the triggers whose window has closed (one slice of slack for late frames)."""
+        self._decisions.extend(self._associator.poll(current.end_ns - self._scheduler.slice_ns))
+
+    def _emit(self, current: Slice) -> None:
+        texts, self._texts = self._texts, []
+        decisions, self._decisions = self._decisions, []
+        for msg in texts:
+            self._transcript_pub.publish(msg)
+        for decision in decisions:
+            self.stats.associations += 1
+            self._association_pub.publish(_association_msg(decision))
+
+    # ----------------------------------------------------------------- reporting
+    def _summary(self) -> dict[str, object]:
+        with self._lock:
+            summary: dict[str, object] = {"state": self._state, **asdict(self.stats),
+                                          "audio_buffer": len(self._audio_in),
+                                          "frame_buffer": len(self._frames_in)}
+        return summary
+
+    def _publish_status(self) -> None:
+        self._status_pub.publish(String(data=json.dumps(self._summary(), sort_keys=True)))
+
+    def _publish_diagnostics(self) -> None:
+        values = self._summary()
+        with self._core_lock:
+            if self._ring is not None:
+                values.update({f"ring.{k}": v for k, v in self._ring.stats.as_dict().items()})
+                values.update({f"ring.occupancy.{k}": v
+                               for k, v in self._ring.occupancy().items()})
+                values["ring.capacity"] = self._ring.capacity
+                values.update({f"association.{k}": v
+                               for k, v in asdict(self._associator.stats).items()})
+                values.update({f"scheduler.{k}": v
+                               for k, v in self._scheduler.stats.as_dict().items()})
+        errors = values["rejected_audio"] or values["rejected_images"] or \
+            values["engine_errors"]
+        level = DiagnosticStatus.WARN if errors else DiagnosticStatus.OK
+        if self._state != "active":
+            level = DiagnosticStatus.WARN
+        status = DiagnosticStatus(
+            level=level, name=f"omniflow: {self.get_fully_qualified_name()}",
+            message=self._state, hardware_id="fusion",
+            values=[KeyValue(key=k, value=str(v)) for k, v in values.items()])
+        self._diagnostics.publish(
+            DiagnosticArray(header=conversions.header(self.now_ns(), ""), status=[status]))
+        self._publish_status()
+
+
+def _check_audio(msg: AudioChunk) -> tuple[str | None, np.ndarray | None]:
+    """(problem, None) or (None, 1-D int16 samples at 16 kHz) for one chunk."""
+    if msg.sample_rate != SAMPLE_RATE:
+        return f"sample_rate {msg.sample_rate} Hz; expected {SAMPLE_RATE} Hz", None
+    if msg.channels != 1:
+        return f"{msg.channels} channels; expected mono", None
+    if len(msg.data) == 0:
+        return "empty chunk (no samples)", None
+    try:
+        samples = conversions.audio_samples(msg)[:, 0]
+    except AudioFormatError as err:
+        return str(err), None
+    if msg.format == audio_format.FORMAT_F32LE:
+        if not np.all(np.isfinite(samples)):
+            return "samples contain NaN or infinity", None
+        samples = np.clip(np.round(samples * 32768.0), -32768, 32767).astype(np.int16)
+    return None, np.ascontiguousarray(samples, dtype=np.int16)
+
+
+def _to_rgb(pixels: np.ndarray, encoding: str) -> np.ndarray:
+    if encoding == "bgr8":
+        return np.ascontiguousarray(pixels[:, :, ::-1])
+    if encoding == "mono8":
+        return np.ascontiguousarray(np.repeat(pixels[:, :, None], 3, axis=2))
+    return pixels
+
+
+def _duration(ns: int) -> Duration:
+    sec, nanosec = divmod(int(ns), _NS_PER_S)
+    return Duration(sec=sec, nanosec=nanosec)
+
+
+def _token_ref(ref: CoreTokenRef) -> TokenRef:
+    return TokenRef(modality=int(ref.modality), stamp=conversions.time_from_ns(ref.stamp_ns),
+                    code=int(ref.code), resolution=int(ref.resolution), score=float(ref.score),
+                    chosen=ref.chosen, reason=ref.reason)
+
+
+def _association_msg(decision: Decision) -> Association:
+    return Association(header=conversions.header(decision.decided_ns, ""),
+                       decision_id=decision.decision_id, trigger=_token_ref(decision.trigger),
+                       window_before=_duration(decision.window_before_ns),
+                       window_after=_duration(decision.window_after_ns),
+                       candidates=[_token_ref(c) for c in decision.candidates])
+
+
+def main(args: list[str] | None = None) -> int:
+    """Run the fusion node until shutdown (2: bad parameter)."""
+    rclpy.init(args=args)
+    try:
+        node = FusionNode()
+    except (InvalidParameterValueException, InvalidParameterTypeException, ConfigError) as err:
+        rclpy.logging.get_logger("omniflow").fatal(f"cannot start: {err}")
+        rclpy.try_shutdown()
+        return 2
+    executor = SingleThreadedExecutor()  # inputs and diagnostics; slices have a thread
+    executor.add_node(node)
+    if node.params["autostart"]:
+        if node.trigger_configure() == TransitionCallbackReturn.SUCCESS:
+            node.trigger_activate()
+    try:
+        executor.spin()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        node.release()
+        node.destroy_node()
+        rclpy.try_shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
