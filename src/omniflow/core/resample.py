@@ -18,7 +18,7 @@ from scipy.signal import resample_poly
 
 from omniflow.errors import AudioFormatError, ConfigError
 
-__all__ = ["StreamResampler", "resample_int16"]
+__all__ = ["StreamResampler", "float_to_int16", "int16_to_float", "resample_int16"]
 
 
 def _check_rate(name: str, value: int) -> None:
@@ -78,6 +78,16 @@ class StreamResampler:
             out = out[: math.ceil(self._in_total * self.up / self.down) - self._out_total]
         self._out_total += len(out)
         return out.astype(np.float32, copy=False)
+
+
+def int16_to_float(samples: np.ndarray) -> np.ndarray:
+    """int16 samples to float32 in [-1, 1), the scale the resampler works in."""
+    return samples.astype(np.float32) / 32768.0
+
+
+def float_to_int16(samples: np.ndarray) -> np.ndarray:
+    """Float samples in [-1, 1) to int16, rounded and clipped (libsndfile's scaling)."""
+    return np.clip(np.rint(samples * 32768.0), -32768, 32767).astype(np.int16)
 
 
 def resample_int16(samples: np.ndarray, rate_in: int, rate_out: int) -> np.ndarray:

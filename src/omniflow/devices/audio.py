@@ -26,8 +26,14 @@ import numpy as np
 import soundfile
 
 from omniflow.core.clock import ClockMapper
-from omniflow.core.resample import StreamResampler
-from omniflow.devices.portaudio import INPUT, describe_devices, import_sounddevice, resolve_device
+from omniflow.core.resample import StreamResampler, float_to_int16
+from omniflow.devices.portaudio import (
+    INPUT,
+    describe_devices,
+    import_sounddevice,
+    parse_device,
+    resolve_device,
+)
 from omniflow.errors import (
     ConfigError,
     DeviceNotFoundError,
@@ -366,11 +372,6 @@ class SoundDeviceSource(AudioSource):
 # --------------------------------------------------------------------------- files
 
 
-def _to_int16(samples: np.ndarray) -> np.ndarray:
-    """Float samples in [-1, 1) to int16, rounded and clipped (libsndfile's scaling)."""
-    return np.clip(np.rint(samples * 32768.0), -32768, 32767).astype(np.int16)
-
-
 class AudioFileSource(AudioSource):
     """Blocks from an audio file (WAV, FLAC, OGG: whatever libsndfile reads).
 
@@ -480,7 +481,7 @@ class AudioFileSource(AudioSource):
         if self._resampler is not None:
             data = self._resampler.process(data, final=final)
         if len(data):
-            self._buffer = np.concatenate([self._buffer, _to_int16(data)])
+            self._buffer = np.concatenate([self._buffer, float_to_int16(data)])
         self._eof = final
 
     def read(self, timeout: float = 0.0) -> AudioBlock:
@@ -552,10 +553,8 @@ def open_audio_source(
         ConfigError: unknown ``source``, empty file path, or invalid format values.
     """
     if source == "device":
-        text = location.strip()
-        device: int | str | None = None if not text else int(text) if text.isdigit() else text
         return SoundDeviceSource(
-            device,
+            parse_device(location),
             sample_rate=sample_rate,
             channels=channels,
             block_frames=block_frames,

@@ -58,7 +58,13 @@ import soundfile
 
 from omniflow.core.clock import ClockMapper
 from omniflow.core.timing import Pacer
-from omniflow.devices.portaudio import OUTPUT, describe_devices, import_sounddevice, resolve_device
+from omniflow.devices.portaudio import (
+    OUTPUT,
+    describe_devices,
+    import_sounddevice,
+    parse_device,
+    resolve_device,
+)
 from omniflow.errors import AudioFormatError, ConfigError, DeviceNotFoundError, SinkError
 
 __all__ = [
@@ -925,10 +931,8 @@ def open_audio_sink(
         ConfigError: unknown ``sink``, empty WAV path, or invalid values.
     """
     if sink == "device":
-        text = location.strip()
-        device: int | str | None = None if not text else int(text) if text.isdigit() else text
         return SoundDeviceSink(
-            device,
+            parse_device(location),
             sample_rate=sample_rate,
             block_frames=block_frames,
             max_queue_s=max_queue_s,

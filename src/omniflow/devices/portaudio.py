@@ -87,6 +87,15 @@ def resolve_device(devices: Iterable[Mapping[str, Any]], wanted: int | str | Non
                       "give a longer name or the index")
 
 
+def parse_device(location: str) -> int | str | None:
+    """A device parameter as PortAudio lookup wants it: "" -> None (the default device),
+    digits -> an index, anything else -> a name."""
+    text = location.strip()
+    if not text:
+        return None
+    return int(text) if text.isdigit() else text
+
+
 def import_sounddevice(error: type[OmniflowError], instead: str) -> ModuleType:
     """Import sounddevice, turning a missing PortAudio library into ``error``."""
     try:

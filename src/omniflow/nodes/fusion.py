@@ -11,11 +11,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import numpy as np
-import rclpy
 from builtin_interfaces.msg import Duration
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
-from rclpy.exceptions import InvalidParameterTypeException, InvalidParameterValueException
-from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from sensor_msgs.msg import Image
 from std_msgs.msg import String
@@ -33,6 +30,7 @@ from omniflow.engines.vision import VisionEncoder, make_default_encoder
 from omniflow.errors import AudioFormatError, ConfigError, EngineError, ImageFormatError
 from omniflow.msg import Association, AudioChunk, TokenRef, Transcript, TranscriptWord
 from omniflow.ros import conversions
+from omniflow.ros.device_node import run_node
 from omniflow.ros.params import declare_parameters, parameter_values
 from omniflow.ros.qos import EVENTS, LATCHED, SENSOR_DATA
 
@@ -559,27 +557,7 @@ def _association_msg(decision: Decision) -> Association:
 
 def main(args: list[str] | None = None) -> int:
     """Run the fusion node until shutdown (2: bad parameter)."""
-    rclpy.init(args=args)
-    try:
-        node = FusionNode()
-    except (InvalidParameterValueException, InvalidParameterTypeException, ConfigError) as err:
-        rclpy.logging.get_logger("omniflow").fatal(f"cannot start: {err}")
-        rclpy.try_shutdown()
-        return 2
-    executor = SingleThreadedExecutor()  # inputs and diagnostics; slices have a thread
-    executor.add_node(node)
-    if node.params["autostart"]:
-        if node.trigger_configure() == TransitionCallbackReturn.SUCCESS:
-            node.trigger_activate()
-    try:
-        executor.spin()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        node.release()
-        node.destroy_node()
-        rclpy.try_shutdown()
-    return 0
+    return run_node(FusionNode, args)
 
 
 if __name__ == "__main__":

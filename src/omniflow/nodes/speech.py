@@ -12,7 +12,7 @@ from std_srvs.srv import Trigger
 
 from omniflow.core.params import ParamSpec
 from omniflow.core.phrases import PhraseChunker
-from omniflow.core.resample import StreamResampler
+from omniflow.core.resample import StreamResampler, float_to_int16, int16_to_float
 from omniflow.core.speech_turns import Speak, SpeechPlanner, Stop, TurnDone
 from omniflow.core.stats import DeviceStats
 from omniflow.devices.playback import AudioSink, open_audio_sink
@@ -302,12 +302,13 @@ class SpeechNode(DeviceNode):
         try:
             for chunk in audio:
                 if resampler is not None:
-                    chunk = _to_int16(resampler.process(_to_float(chunk)))
+                    chunk = float_to_int16(resampler.process(int16_to_float(chunk)[:, None]))[:, 0]
                 if not self._queue(sink, chunk, action, generation):
                     return
                 queued += len(chunk)
             if resampler is not None:
-                tail = _to_int16(resampler.process(np.zeros((0, 1), np.float32), final=True))
+                tail = float_to_int16(resampler.process(np.zeros((0, 1), np.float32),
+                                                        final=True))[:, 0]
                 if not self._queue(sink, tail, action, generation):
                     return
                 queued += len(tail)
@@ -410,14 +411,6 @@ class SpeechNode(DeviceNode):
         publisher.publish(SpeechState(
             header=conversions.header(self.now_ns(), self.frame_id),
             speaking=speaking is not None, turn_id=turn_id, phrase_index=phrase_index))
-
-
-def _to_float(samples: np.ndarray) -> np.ndarray:
-    return (samples.astype(np.float32) / 32768.0).reshape(-1, 1)
-
-
-def _to_int16(samples: np.ndarray) -> np.ndarray:
-    return np.clip(np.round(samples[:, 0] * 32768.0), -32768, 32767).astype(np.int16)
 
 
 def main(args: list[str] | None = None) -> int:

@@ -243,8 +243,12 @@ class DeviceNode(LifecycleNode):
         return self._device.describe() if self._device is not None else ""
 
 
-def run_node(node_factory: Callable[[], DeviceNode], args: list[str] | None = None) -> int:
-    """Run a device node until shutdown; the entry point of the node executables.
+def run_node(node_factory: Callable[[], LifecycleNode], args: list[str] | None = None) -> int:
+    """Run a lifecycle node until shutdown; the entry point of the node executables.
+
+    The node has a ``params`` dict with ``autostart`` and a ``release()`` that frees what it
+    holds in any state (:class:`DeviceNode`, the fusion node). It spins on a single-threaded
+    executor: its callbacks only buffer, workers do the rest on their own threads.
 
     Returns 2 when the node cannot start (a bad parameter), with the reason logged.
     """
