@@ -1,0 +1,352 @@
+"""Turn-taking for full-duplex conversation: the dialogue state machine, without ROS.
+
+The dialogue node feeds this machine what the graph reports — the user's voice activity
+(echo already removed by the fusion node), transcripts, the model's progress, the speech
+node's playback state, goals from behaviour trees — and carries out the actions it returns.
+Every method returns the actions in the order they must happen; the machine never blocks,
+never reads a clock (times are passed in, in seconds of the node clock) and never raises for
+an input that arrives in an unexpected state: such inputs are ignored or folded into the
+current turn, so a lost or reordered message cannot wedge the conversation.
+
+States (the values of ``omniflow/msg/DialogueState``)::
+
+    LISTENING ──voice start──▶ USER_SPEAKING ──final transcript──▶ THINKING
+        ▲                          ▲    │ (empty: back to LISTENING)   │ first token
+        │                          │    └──────────────────────────────┼──────────┐
+        │          final transcript│                                   ▼          │
+        │                     INTERRUPTED ◀──barge-in (voice ≥ N ms)── SPEAKING   │
+        └──────────── speech finished (or never started) ──────────────┘          │
+                                  voice start while THINKING: cancel, keep listening
+
+- End of turn: the final transcript of the utterance (the fusion node sends it when the VAD
+  has heard ``vad.min_silence_ms`` of silence).
+- Barge-in: while SPEAKING, user speech lasting at least ``barge_in_min_speech_s`` cancels
+  generation and playback at once (:class:`Cancel` and the INTERRUPTED state, which the
+  speech node obeys within one output block). INTERRUPTED then behaves as USER_SPEAKING: the
+  interrupting utterance becomes the next turn.
+- The user going on after a pause while the model is still THINKING cancels that generation;
+  the words already said are kept and prefixed to the next utterance's text.
+- A turn also comes from a goal (a behaviour tree's prompt) or from the proactive policy;
+  :meth:`DialogueManager.prompt` refuses while busy unless asked to preempt.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Literal
+
+__all__ = [
+    "Busy",
+    "Cancel",
+    "DialogueManager",
+    "StartTurn",
+    "State",
+    "StateChanged",
+    "TurnEnded",
+    "UserSaid",
+    "Warm",
+]
+
+
+class State(IntEnum):
+    """Dialogue states; the values are those of ``omniflow/msg/DialogueState``."""
+
+    LISTENING = 0
+    USER_SPEAKING = 1
+    THINKING = 2
+    SPEAKING = 3
+    INTERRUPTED = 4
+
+
+Source = Literal["speech", "goal", "proactive"]
+Outcome = Literal["done", "interrupted", "cancelled", "failed", "empty"]
+
+
+@dataclass(frozen=True)
+class StateChanged:
+    """Publish the new state (``reason`` says what caused it)."""
+
+    state: State
+    turn_id: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class StartTurn:
+    """Generate an answer to ``user_text``; ``utterance_id`` is 0 unless it was spoken."""
+
+    turn_id: int
+    user_text: str
+    source: Source
+    utterance_id: int = 0
+
+
+@dataclass(frozen=True)
+class Cancel:
+    """Stop generating ``turn_id`` now (and, when ``stop_speech``, silence its playback)."""
+
+    turn_id: int
+    reason: str
+    stop_speech: bool
+
+
+@dataclass(frozen=True)
+class Warm:
+    """The user's words so far: evaluate them ahead so the end of the turn finds them ready."""
+
+    user_text: str
+
+
+@dataclass(frozen=True)
+class UserSaid:
+    """The user finished an utterance with this text (the ``user_said`` event)."""
+
+    utterance_id: int
+    text: str
+
+
+@dataclass(frozen=True)
+class TurnEnded:
+    """A turn is over: ``outcome`` and the answer as far as it went."""
+
+    turn_id: int
+    outcome: Outcome
+    response: str
+    reason: str
+
+
+Action = StateChanged | StartTurn | Cancel | Warm | UserSaid | TurnEnded
+
+
+class Busy(Exception):
+    """A new turn was asked for while another is in progress (and preemption was not)."""
+
+
+@dataclass
+class _Turn:
+    turn_id: int
+    source: Source
+    response: str = ""
+    generated: bool = False        # the model finished (or failed)
+    done_at: float = 0.0
+    speech_started: bool = False
+
+
+class DialogueManager:
+    """The dialogue state machine; see the module docstring.
+
+    Args:
+        barge_in: whether user speech may interrupt the robot.
+        barge_in_min_speech_s: user speech at least this long (as the voice-activity events
+            report it) interrupts the robot.
+        speech_start_timeout_s: once the answer is complete, how long to wait for the speech
+            node to start playing it before going back to listening (no speech node, or a
+            muted one, must not hold the conversation).
+    """
+
+    def __init__(self, *, barge_in: bool = True, barge_in_min_speech_s: float = 0.09,
+                 speech_start_timeout_s: float = 2.0) -> None:
+        if barge_in_min_speech_s < 0 or speech_start_timeout_s <= 0:
+            raise ValueError("barge_in_min_speech_s must be >= 0 and speech_start_timeout_s > 0")
+        self.barge_in = barge_in
+        self.barge_in_min_speech_s = barge_in_min_speech_s
+        self.speech_start_timeout_s = speech_start_timeout_s
+        self.state = State.LISTENING
+        self.turn_id = 0                 # the newest turn started
+        self._turn: _Turn | None = None  # the turn being generated or spoken
+        self._utterance = 0              # the utterance the user is speaking (0: none)
+        self._warm_text = ""
+        self._carry = ""                 # words of a cancelled THINKING turn, kept for the next
+        self._last_user_text = ""
+        self._held: tuple[int, str] | None = None  # an utterance heard while barge-in was off
+
+    # ----------------------------------------------------------------- queries
+    @property
+    def busy(self) -> bool:
+        """A turn is being generated or spoken, or the user is speaking."""
+        return self.state != State.LISTENING
+
+    @property
+    def active_turn(self) -> int:
+        """The turn being generated or spoken; 0 when none."""
+        return self._turn.turn_id if self._turn is not None else 0
+
+    # ----------------------------------------------------------------- the user's voice
+    def voice_start(self, utterance_id: int, speech_s: float, now: float) -> list[Action]:
+        """The fusion node confirmed user speech (echo removed)."""
+        actions: list[Action] = []
+        if self.state == State.LISTENING:
+            self._utterance = utterance_id
+            actions.append(self._set(State.USER_SPEAKING, "the user started speaking"))
+        elif self.state == State.THINKING and self._turn is not None:
+            turn = self._turn
+            if turn.source == "speech":
+                self._carry = self._last_user_text
+            actions += self._end_turn("cancelled", "the user went on speaking", now,
+                                      stop_speech=False)
+            self._utterance = utterance_id
+            actions.append(self._set(State.USER_SPEAKING, "the user went on speaking"))
+        elif self.state in (State.USER_SPEAKING, State.INTERRUPTED):
+            self._utterance = utterance_id
+        actions += self.voice_ongoing(utterance_id, speech_s, now)
+        return actions
+
+    def voice_ongoing(self, utterance_id: int, speech_s: float, now: float) -> list[Action]:
+        """The user is still speaking (``speech_s`` so far): a barge-in once it is long enough."""
+        if self.state != State.SPEAKING or not self.barge_in or \
+                speech_s < self.barge_in_min_speech_s:
+            return []
+        self._utterance = utterance_id
+        reason = f"barge-in: the user spoke over the robot for {speech_s * 1000:.0f} ms"
+        actions = self._end_turn("interrupted", reason, now, stop_speech=True)
+        actions.append(self._set(State.INTERRUPTED, reason))
+        return actions
+
+    def voice_end(self, utterance_id: int, now: float) -> list[Action]:
+        """The VAD heard the end of the utterance; the final transcript follows (or came)."""
+        return []
+
+    def transcript(self, utterance_id: int, text: str, final: bool,
+                   now: float) -> list[Action]:
+        """A partial or final transcript of the user's utterance."""
+        text = " ".join(text.split())
+        listening_to_user = self.state in (State.USER_SPEAKING, State.INTERRUPTED,
+                                           State.LISTENING)
+        if not final:
+            if self.state in (State.USER_SPEAKING, State.INTERRUPTED) and text:
+                full = self._with_carry(text)
+                if full != self._warm_text:
+                    self._warm_text = full
+                    return [Warm(full)]
+            return []
+        if not listening_to_user:
+            if text and self.state == State.SPEAKING:
+                self._held = (utterance_id, text)  # barge-in off: answer it afterwards
+            return []
+        return self._user_turn(utterance_id, text, now)
+
+    def _user_turn(self, utterance_id: int, text: str, now: float) -> list[Action]:
+        full = self._with_carry(text)
+        self._carry = ""
+        self._warm_text = ""
+        self._utterance = 0
+        if not full:
+            return [self._set(State.LISTENING, "nothing was recognised")]
+        self._last_user_text = full
+        actions: list[Action] = [UserSaid(utterance_id, full)]
+        actions += self._start("speech", full, utterance_id, now, "the user finished speaking")
+        return actions
+
+    def _with_carry(self, text: str) -> str:
+        return f"{self._carry} {text}".strip() if self._carry else text
+
+    # ----------------------------------------------------------------- turns from elsewhere
+    def prompt(self, text: str, source: Source, now: float, *,
+               preempt: bool = False) -> list[Action]:
+        """Start a turn from a goal or the proactive policy.
+
+        Raises:
+            Busy: the dialogue is busy and ``preempt`` is false.
+            ValueError: ``text`` is empty.
+        """
+        text = " ".join(text.split())
+        if not text:
+            raise ValueError("the prompt is empty")
+        actions: list[Action] = []
+        if self.busy:
+            if not preempt:
+                raise Busy(f"busy ({self.state.name.lower()}, turn {self.turn_id})")
+            if self._turn is not None:
+                actions += self._end_turn("cancelled", f"preempted by a {source} turn", now,
+                                          stop_speech=True)
+            self._carry = self._warm_text = ""
+            self._utterance = 0
+        actions += self._start(source, text, 0, now, f"a {source} turn")
+        return actions
+
+    def cancel(self, reason: str, now: float) -> list[Action]:
+        """Cancel the turn in progress (a goal was cancelled); silence included."""
+        return self._end_turn("cancelled", reason, now, stop_speech=True, then=State.LISTENING)
+
+    # ----------------------------------------------------------------- the model
+    def token(self, turn_id: int, text: str, now: float) -> list[Action]:
+        """The model produced ``text`` for ``turn_id``; the first piece starts SPEAKING."""
+        turn = self._current(turn_id)
+        if turn is None:
+            return []
+        turn.response += text
+        if self.state == State.THINKING and turn.response.strip():
+            return [self._set(State.SPEAKING, "the answer is streaming")]
+        return []
+
+    def generated(self, turn_id: int, now: float, error: str = "") -> list[Action]:
+        """The model finished ``turn_id`` (``error`` when it failed)."""
+        turn = self._current(turn_id)
+        if turn is None:
+            return []
+        turn.generated = True
+        turn.done_at = now
+        if error:
+            return self._end_turn("failed", error, now, stop_speech=False,
+                                  then=State.LISTENING)
+        if not turn.response.strip():
+            return self._end_turn("empty", "the model gave no answer", now, stop_speech=False,
+                                  then=State.LISTENING)
+        return []
+
+    # ----------------------------------------------------------------- playback
+    def speech(self, speaking: bool, turn_id: int, now: float) -> list[Action]:
+        """The speech node's state: playing ``turn_id`` or idle after it."""
+        turn = self._current(turn_id)
+        if turn is None:
+            return []
+        if speaking:
+            turn.speech_started = True
+            return []
+        if turn.speech_started and turn.generated:
+            return self._end_turn("done", "the robot finished speaking", now,
+                                  stop_speech=False, then=State.LISTENING)
+        return []
+
+    def tick(self, now: float) -> list[Action]:
+        """Time-outs: an answer nobody started playing ends after ``speech_start_timeout_s``."""
+        turn = self._turn
+        if turn is not None and turn.generated and not turn.speech_started and \
+                now - turn.done_at >= self.speech_start_timeout_s:
+            return self._end_turn("done", "the answer was not played (no speech output)", now,
+                                  stop_speech=False, then=State.LISTENING)
+        return []
+
+    # ----------------------------------------------------------------- internals
+    def _current(self, turn_id: int) -> _Turn | None:
+        turn = self._turn
+        return turn if turn is not None and turn.turn_id == turn_id else None
+
+    def _set(self, state: State, reason: str) -> StateChanged:
+        self.state = state
+        return StateChanged(state, self.turn_id, reason)
+
+    def _start(self, source: Source, text: str, utterance_id: int, now: float,
+               reason: str) -> list[Action]:
+        self.turn_id += 1
+        self._turn = _Turn(self.turn_id, source)
+        return [StartTurn(self.turn_id, text, source, utterance_id),
+                self._set(State.THINKING, reason)]
+
+    def _end_turn(self, outcome: Outcome, reason: str, now: float, *, stop_speech: bool,
+                  then: State | None = None) -> list[Action]:
+        turn, self._turn = self._turn, None
+        if turn is None:
+            return []
+        actions: list[Action] = []
+        if not turn.generated or stop_speech:
+            actions.append(Cancel(turn.turn_id, reason, stop_speech))
+        actions.append(TurnEnded(turn.turn_id, outcome, turn.response, reason))
+        if then is not None:
+            actions.append(self._set(then, reason))
+            if then == State.LISTENING and self._held is not None:
+                utterance_id, text = self._held
+                self._held = None
+                actions += self._user_turn(utterance_id, text, now)
+        return actions

@@ -1,0 +1,250 @@
+"""The dialogue state machine: table tests of every transition and its actions."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from omniflow.core.dialogue import (
+    Busy,
+    Cancel,
+    DialogueManager,
+    StartTurn,
+    State,
+    StateChanged,
+    TurnEnded,
+    UserSaid,
+    Warm,
+)
+
+
+def states(actions) -> list[State]:
+    return [a.state for a in actions if isinstance(a, StateChanged)]
+
+
+def of(actions, kind):
+    return [a for a in actions if isinstance(a, kind)]
+
+
+def spoken_turn(dm: DialogueManager, text: str = "what is this", utterance: int = 1) -> int:
+    """Drive one spoken question up to THINKING; returns its turn id."""
+    dm.voice_start(utterance, 0.09, 0.0)
+    actions = dm.transcript(utterance, text, True, 1.0)
+    return of(actions, StartTurn)[0].turn_id
+
+
+def speaking(dm: DialogueManager) -> int:
+    turn = spoken_turn(dm)
+    dm.token(turn, "It is", 1.1)
+    return turn
+
+
+def test_a_spoken_question_runs_the_whole_turn():
+    dm = DialogueManager()
+    assert states(dm.voice_start(1, 0.09, 0.0)) == [State.USER_SPEAKING]
+    assert dm.transcript(1, "what", False, 0.3) == [Warm("what")]
+    assert dm.transcript(1, "what", False, 0.4) == []  # unchanged partial: nothing to warm
+    assert dm.transcript(1, "what is", False, 0.5) == [Warm("what is")]
+    assert dm.voice_end(1, 0.9) == []
+    actions = dm.transcript(1, "what  is this", True, 1.0)
+    assert actions[0] == UserSaid(1, "what is this")
+    assert actions[1] == StartTurn(1, "what is this", "speech", 1)
+    assert states(actions) == [State.THINKING]
+    assert states(dm.token(1, "It is", 1.1)) == [State.SPEAKING]
+    assert dm.token(1, " a cup.", 1.2) == []
+    assert dm.generated(1, 1.3) == []
+    assert dm.speech(True, 1, 1.2) == []
+    actions = dm.speech(False, 1, 2.5)
+    assert of(actions, TurnEnded) == [TurnEnded(1, "done", "It is a cup.",
+                                                "the robot finished speaking")]
+    assert states(actions) == [State.LISTENING]
+    assert not of(actions, Cancel)  # nothing to stop: it finished
+
+
+def test_an_empty_final_transcript_goes_back_to_listening():
+    dm = DialogueManager()
+    dm.voice_start(1, 0.09, 0.0)
+    actions = dm.transcript(1, "  ", True, 1.0)
+    assert states(actions) == [State.LISTENING]
+    assert not of(actions, StartTurn)
+
+
+def test_barge_in_while_speaking_cancels_and_interrupts():
+    dm = DialogueManager(barge_in_min_speech_s=0.1)
+    turn = speaking(dm)
+    assert dm.voice_start(2, 0.09, 2.0) == []  # shorter than the threshold: not yet
+    actions = dm.voice_ongoing(2, 0.13, 2.04)
+    assert of(actions, Cancel) == [Cancel(turn, actions[0].reason, True)]
+    assert "barge-in" in actions[0].reason
+    assert of(actions, TurnEnded)[0].outcome == "interrupted"
+    assert of(actions, TurnEnded)[0].response == "It is"
+    assert states(actions) == [State.INTERRUPTED]
+    assert dm.active_turn == 0
+    # the interrupting utterance becomes the next turn
+    assert dm.transcript(2, "stop", False, 2.2) == [Warm("stop")]
+    actions = dm.transcript(2, "stop that", True, 2.6)
+    assert of(actions, StartTurn) == [StartTurn(2, "stop that", "speech", 2)]
+    assert states(actions) == [State.THINKING]
+
+
+def test_barge_in_on_the_start_event_when_it_is_long_enough():
+    dm = DialogueManager(barge_in_min_speech_s=0.09)
+    speaking(dm)
+    assert states(dm.voice_start(2, 0.09, 2.0)) == [State.INTERRUPTED]
+
+
+def test_barge_in_off_answers_the_utterance_after_the_turn():
+    dm = DialogueManager(barge_in=False)
+    turn = speaking(dm)
+    assert dm.voice_start(2, 0.5, 2.0) == []
+    assert dm.transcript(2, "and that", True, 2.5) == []
+    dm.generated(turn, 2.6)
+    dm.speech(True, turn, 2.7)
+    actions = dm.speech(False, turn, 3.0)
+    assert states(actions) == [State.LISTENING, State.THINKING]
+    assert of(actions, StartTurn) == [StartTurn(2, "and that", "speech", 2)]
+
+
+def test_speech_while_thinking_cancels_and_keeps_the_words():
+    dm = DialogueManager()
+    turn = spoken_turn(dm, "what is")
+    actions = dm.voice_start(2, 0.09, 1.2)
+    assert of(actions, Cancel) == [Cancel(turn, "the user went on speaking", False)]
+    assert of(actions, TurnEnded)[0].outcome == "cancelled"
+    assert states(actions) == [State.USER_SPEAKING]
+    assert dm.transcript(2, "this", False, 1.4) == [Warm("what is this")]
+    actions = dm.transcript(2, "this thing", True, 1.8)
+    assert of(actions, StartTurn)[0].user_text == "what is this thing"
+
+
+def test_a_goal_prompt_is_refused_while_busy_unless_preempting():
+    dm = DialogueManager()
+    actions = dm.prompt("say hello", "goal", 0.0)
+    assert of(actions, StartTurn) == [StartTurn(1, "say hello", "goal", 0)]
+    with pytest.raises(Busy):
+        dm.prompt("another", "goal", 0.1)
+    actions = dm.prompt("another", "goal", 0.2, preempt=True)
+    assert of(actions, Cancel) == [Cancel(1, "preempted by a goal turn", True)]
+    assert of(actions, TurnEnded)[0].outcome == "cancelled"
+    assert of(actions, StartTurn) == [StartTurn(2, "another", "goal", 0)]
+    assert states(actions) == [State.THINKING]
+
+
+def test_an_empty_prompt_is_refused():
+    with pytest.raises(ValueError, match="empty"):
+        DialogueManager().prompt("   ", "goal", 0.0)
+
+
+def test_a_prompt_preempting_user_speech_starts_at_once():
+    dm = DialogueManager()
+    dm.voice_start(1, 0.09, 0.0)
+    actions = dm.prompt("hello", "goal", 0.1, preempt=True)
+    assert not of(actions, Cancel)
+    assert states(actions) == [State.THINKING]
+
+
+def test_cancel_silences_and_listens():
+    dm = DialogueManager()
+    turn = speaking(dm)
+    actions = dm.cancel("goal cancelled", 2.0)
+    assert of(actions, Cancel) == [Cancel(turn, "goal cancelled", True)]
+    assert states(actions) == [State.LISTENING]
+    assert dm.cancel("again", 2.1) == []
+
+
+def test_a_failed_generation_ends_the_turn_and_listens():
+    dm = DialogueManager()
+    turn = spoken_turn(dm)
+    actions = dm.generated(turn, 1.5, error="the model failed")
+    assert of(actions, TurnEnded) == [TurnEnded(turn, "failed", "", "the model failed")]
+    assert states(actions) == [State.LISTENING]
+    assert not of(actions, Cancel)  # it already stopped
+
+
+def test_an_empty_answer_ends_the_turn():
+    dm = DialogueManager()
+    turn = spoken_turn(dm)
+    dm.token(turn, "  ", 1.1)
+    assert dm.state == State.THINKING
+    actions = dm.generated(turn, 1.2)
+    assert of(actions, TurnEnded)[0].outcome == "empty"
+    assert states(actions) == [State.LISTENING]
+
+
+def test_an_answer_nobody_plays_times_out():
+    dm = DialogueManager(speech_start_timeout_s=2.0)
+    turn = speaking(dm)
+    dm.generated(turn, 1.5)
+    assert dm.tick(3.0) == []
+    actions = dm.tick(3.5)
+    assert of(actions, TurnEnded)[0].outcome == "done"
+    assert states(actions) == [State.LISTENING]
+
+
+def test_messages_for_old_turns_are_ignored():
+    dm = DialogueManager()
+    turn = speaking(dm)
+    dm.cancel("x", 2.0)
+    assert dm.token(turn, "late", 2.1) == []
+    assert dm.generated(turn, 2.2) == []
+    assert dm.speech(False, turn, 2.3) == []
+    assert dm.state == State.LISTENING
+
+
+def test_a_final_transcript_without_a_start_event_still_starts_a_turn():
+    dm = DialogueManager()
+    actions = dm.transcript(5, "hello", True, 1.0)
+    assert of(actions, StartTurn) == [StartTurn(1, "hello", "speech", 5)]
+
+
+def test_parameters_are_checked():
+    with pytest.raises(ValueError):
+        DialogueManager(barge_in_min_speech_s=-1)
+    with pytest.raises(ValueError):
+        DialogueManager(speech_start_timeout_s=0)
+
+
+EVENTS = st.sampled_from(["start", "ongoing", "partial", "final", "empty", "token",
+                          "generated", "failed", "speech_on", "speech_off", "tick", "prompt",
+                          "preempt", "cancel"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(EVENTS, max_size=60))
+def test_any_sequence_of_inputs_keeps_the_machine_consistent(events):
+    """Whatever order messages come in, the machine never raises (other than Busy), a turn
+    in progress is always the newest one, and LISTENING never has a turn in progress."""
+    dm = DialogueManager()
+    now = 0.0
+    for i, event in enumerate(events):
+        now += 0.5
+        turn = dm.active_turn or dm.turn_id
+        if event == "start":
+            dm.voice_start(i, 0.09, now)
+        elif event == "ongoing":
+            dm.voice_ongoing(i, 0.5, now)
+        elif event == "partial":
+            dm.transcript(i, "words", False, now)
+        elif event in ("final", "empty"):
+            dm.transcript(i, "words" if event == "final" else "", True, now)
+        elif event == "token":
+            dm.token(turn, "x", now)
+        elif event in ("generated", "failed"):
+            dm.generated(turn, now, error="boom" if event == "failed" else "")
+        elif event in ("speech_on", "speech_off"):
+            dm.speech(event == "speech_on", turn, now)
+        elif event == "tick":
+            dm.tick(now + 5)
+        elif event in ("prompt", "preempt"):
+            try:
+                dm.prompt("hi", "goal", now, preempt=event == "preempt")
+            except Busy:
+                assert dm.busy
+        else:
+            dm.cancel("cancel", now)
+        if dm.active_turn:
+            assert dm.active_turn == dm.turn_id
+            assert dm.state in (State.THINKING, State.SPEAKING)
+        if dm.state == State.LISTENING:
+            assert dm.active_turn == 0
