@@ -4,8 +4,9 @@
 2 layers, 64-wide, a SentencePiece-style vocabulary of single characters, a few words and
 the 256 byte-fallback tokens (so any text tokenizes). llama.cpp loads it in a fraction of a
 second and generates thousands of tokens per second; the answers are random characters.
-The end-of-sequence row of the output matrix is zero while the others are large, so greedy
-decoding (temperature 0) practically never ends by itself: tests decide when it stops.
+The rows of the end-of-sequence and byte tokens in the output matrix are zero while the others
+are large, so greedy decoding (temperature 0) practically never ends by itself and writes only
+printable ASCII: tests decide when it stops.
 """
 
 from __future__ import annotations
@@ -76,7 +77,9 @@ def write_tiny_gguf(path: str | Path, *, seed: int = 0, context_length: int = 40
     writer.add_tensor("token_embd.weight", weights(n_vocab, n_embd, scale=1.0))
     writer.add_tensor("output_norm.weight", np.ones(n_embd, dtype=np.float32))
     output = weights(n_vocab, n_embd, scale=1.0)
-    output[2] = 0.0  # </s>: logit 0 against large random ones
+    # </s> and the byte tokens get logit 0 against large random ones: greedy decoding then
+    # neither ends by itself nor writes broken UTF-8 (which servers hold back).
+    output[2:3 + 256] = 0.0
     writer.add_tensor("output.weight", output)
     for i in range(n_layer):
         writer.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(n_embd, dtype=np.float32))

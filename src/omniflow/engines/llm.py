@@ -69,10 +69,13 @@ __all__ = [
 
 LLM_BACKENDS: tuple[str, ...] = ("embedded", "gguf", "minicpmv", "remote")
 
-#: Tried on the real Gemma 3 270M (base model) against longer persona texts: this one keeps
-#: its answers to one short sentence that answers the question (see benchmarks/README.md).
-DEFAULT_SYSTEM_PROMPT = ("A friendly robot answers the user's questions in one short "
-                         "sentence.")
+#: Chosen on the real Gemma 3 270M (a base model) among several persona texts: one worked
+#: example of a short, correct answer does more than any instruction (benchmarks/README.md).
+DEFAULT_SYSTEM_PROMPT = (
+    "A conversation between a user and a friendly, helpful robot. The robot answers each "
+    "question correctly in one short sentence.\n\n"
+    "User: What is two plus two?\n"
+    "Robot: Two plus two is four.")
 
 GGUF_MAGIC = b"GGUF"
 
@@ -91,8 +94,9 @@ LLM_PARAMS: tuple[ParamSpec, ...] = (
               minimum=1, maximum=64, live=True),
     ParamSpec("llm.max_tokens", 48, "Longest answer", unit="tokens", minimum=1,
               maximum=4096, live=True),
-    ParamSpec("llm.temperature", 0.3, "Sampling temperature; 0 = always the most likely "
-              "token", minimum=0.0, maximum=2.0, live=True),
+    ParamSpec("llm.temperature", 0.0, "Sampling temperature; 0 = always the most likely "
+              "token (the most accurate short answers from the small embedded model)",
+              minimum=0.0, maximum=2.0, live=True),
     ParamSpec("llm.top_p", 0.9, "Nucleus sampling: keep the most likely tokens up to this "
               "probability mass", minimum=0.0, maximum=1.0, live=True),
     ParamSpec("llm.top_k", 40, "Keep only the k most likely tokens; 0 = no limit",
@@ -354,7 +358,7 @@ def _seed(value: int) -> int:
 @dataclass
 class _Sampling:
     max_tokens: int = 48
-    temperature: float = 0.3
+    temperature: float = 0.0
     top_p: float = 0.9
     top_k: int = 40
     repeat_penalty: float = 1.1
