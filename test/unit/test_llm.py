@@ -1,0 +1,322 @@
+"""The llama.cpp backend on a tiny random-weight GGUF: load, stream, cancel, reuse, overflow."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+from tiny_gguf import write_tiny_gguf
+
+from omniflow.core.prompt import Prompt, PromptFormat, Turn
+from omniflow.engines.llm import (
+    LLM_BACKENDS,
+    LLM_PARAMS,
+    GenerationStats,
+    LlamaCppBackend,
+    MiniCpmVBackend,
+    RemoteBackend,
+    StopFilter,
+    _Sampling,
+    chat_messages,
+    check_gguf,
+    make_backend,
+)
+from omniflow.errors import ConfigError, EngineError
+
+pytest.importorskip("llama_cpp")
+
+NO_STOP = PromptFormat(stop=())
+SYSTEM = "You are a small robot."
+
+
+@pytest.fixture(scope="module")
+def tiny_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_tiny_gguf(tmp_path_factory.mktemp("llm") / "tiny.gguf")
+
+
+def _backend(path: Path, *, n_ctx: int = 1024, max_tokens: int = 24, prompt_chunk: int = 16,
+             fmt: PromptFormat = NO_STOP) -> LlamaCppBackend:
+    backend = LlamaCppBackend(path, n_ctx=n_ctx, threads=1, seed=7, fmt=fmt,
+                              sampling=_Sampling(temperature=0.0, max_tokens=max_tokens,
+                                                 prompt_chunk=prompt_chunk))
+    backend.load()
+    return backend
+
+
+@pytest.fixture
+def backend(tiny_path: Path) -> LlamaCppBackend:
+    b = _backend(tiny_path)
+    yield b
+    b.close()
+
+
+def _run(backend: LlamaCppBackend, prompt: Prompt, **kwargs) -> tuple[str, GenerationStats]:
+    text = "".join(backend.generate(prompt, cancel=threading.Event(), **kwargs))
+    assert backend.last_stats is not None
+    return text, backend.last_stats
+
+
+class CancelAfter(threading.Event):
+    """An event that reads as set from its n-th check on: cancellation at a known point."""
+
+    def __init__(self, checks: int) -> None:
+        super().__init__()
+        self.checks = 0
+        self._limit = checks
+
+    def is_set(self) -> bool:
+        self.checks += 1
+        return self.checks >= self._limit or super().is_set()
+
+
+def test_load_close_and_load_again(tiny_path: Path) -> None:
+    backend = LlamaCppBackend(tiny_path, n_ctx=256, threads=1)
+    assert not backend.loaded
+    backend.load()
+    assert backend.loaded and backend.model_path == tiny_path
+    backend.close()
+    assert not backend.loaded
+    with pytest.raises(EngineError, match="not loaded"):
+        backend.generate(Prompt(SYSTEM, user="hi"), cancel=threading.Event())
+    backend.load()
+    text, _ = _run(backend, Prompt(SYSTEM, user="hi"), max_tokens=3)
+    assert text
+    backend.close()
+
+
+def test_streams_deltas_and_fills_stats(backend: LlamaCppBackend) -> None:
+    deltas = list(backend.generate(Prompt(SYSTEM, user="hello robot"),
+                                   cancel=threading.Event(), max_tokens=20))
+    stats = backend.last_stats
+    assert len(deltas) > 1 and all(deltas)
+    assert stats.generated_tokens == 20 and stats.stop_reason == "length"
+    assert stats.prompt_tokens == stats.evaluated_tokens + stats.reused_tokens
+    assert stats.prompt_tokens == backend.count_tokens(NO_STOP.render(
+        Prompt(SYSTEM, user="hello robot")))
+    assert 0 < stats.first_token_s <= stats.total_s
+    assert not stats.cancelled and stats.turns_dropped == 0
+
+
+def test_stop_strings_never_appear_in_the_output(tiny_path: Path) -> None:
+    prompt = Prompt(SYSTEM, user="what is this red box")
+    plain = _backend(tiny_path, max_tokens=40)
+    text, _ = _run(plain, prompt)
+    plain.close()
+    stop = text[10:13]  # a string the greedy answer is known to contain
+    stopped = _backend(tiny_path, max_tokens=40, fmt=PromptFormat(stop=(stop, "\x00")))
+    cut, stats = _run(stopped, prompt)
+    stopped.close()
+    assert stop not in cut
+    assert cut == text[:text.find(stop)]
+    assert stats.stop_reason == "stop"
+
+
+def test_cancel_mid_generation_stops_within_one_token(backend: LlamaCppBackend) -> None:
+    cancel = threading.Event()
+    received = []
+    for delta in backend.generate(Prompt(SYSTEM, user="hello"), cancel=cancel,
+                                  max_tokens=500):
+        received.append(delta)
+        if len(received) == 3:
+            cancel.set()
+            tokens_at_cancel = backend.last_stats.generated_tokens
+    stats = backend.last_stats
+    assert len(received) == 3  # nothing after the cancel
+    assert stats.cancelled and stats.stop_reason == "cancelled"
+    assert stats.generated_tokens <= tokens_at_cancel + 1
+
+
+def test_cancel_during_a_long_prompt_stops_within_one_chunk(tiny_path: Path) -> None:
+    backend = _backend(tiny_path, n_ctx=4096, prompt_chunk=16)
+    prompt = Prompt(SYSTEM, user="the red box " * 150)  # char-level vocab: ~1800 tokens
+    cancel = CancelAfter(4)  # checks 1-3 pass: 3 chunks evaluated, then cancelled
+    deltas = list(backend.generate(prompt, cancel=cancel))
+    stats = backend.last_stats
+    backend.close()
+    assert deltas == []
+    assert stats.cancelled and stats.generated_tokens == 0
+    assert stats.prompt_tokens > 1000
+    assert stats.evaluated_tokens == 3 * 16
+
+
+def test_second_generate_evaluates_only_the_new_tail(backend: LlamaCppBackend) -> None:
+    first = Prompt(SYSTEM, user="hello robot")
+    answer, _ = _run(backend, first)
+    again, stats = _run(backend, first)
+    assert again == answer  # greedy, same prompt: the reused cache gives the same answer
+    assert stats.evaluated_tokens == 1 and stats.reused_tokens == stats.prompt_tokens - 1
+    # Next turn: the history grows at its end, so system + old turn stay cached.
+    second = Prompt(SYSTEM, history=(Turn("user", "hello robot"), Turn("robot", answer)),
+                    user="what is this")
+    _, stats = _run(backend, second)
+    warm_part = backend.count_tokens(NO_STOP.render(first, open_turn=False))
+    assert stats.reused_tokens >= warm_part
+    assert stats.evaluated_tokens == stats.prompt_tokens - stats.reused_tokens
+    # A new scene costs only the tokens from the scene on: the history stays warm.
+    third = Prompt(SYSTEM, history=second.history, scene="a red box on a table",
+                   user="what is this")
+    _, stats = _run(backend, third)
+    assert stats.reused_tokens >= backend.count_tokens(NO_STOP.render(
+        Prompt(SYSTEM, history=second.history), open_turn=False))
+
+
+def test_warm_feeds_the_growing_user_text(backend: LlamaCppBackend) -> None:
+    words = ["what", "is", "this", "red", "box"]
+    evaluated = []
+    for n in range(1, len(words) + 1):
+        evaluated.append(backend.warm(Prompt(SYSTEM, user=" ".join(words[:n]))))
+    assert evaluated[0] > 0
+    # Each later call evaluates about its new word only (char-level vocabulary here).
+    for n in range(1, len(words)):
+        assert evaluated[n] <= len(words[n]) + 2
+    assert backend.warm(Prompt(SYSTEM, user=" ".join(words))) == 0  # nothing new
+    final = Prompt(SYSTEM, user=" ".join(words))
+    _, stats = _run(backend, final)
+    tail = stats.prompt_tokens - backend.count_tokens(NO_STOP.render(final, open_turn=False))
+    assert stats.evaluated_tokens == tail  # only "\nRobot:" was left to evaluate
+
+
+def test_warm_does_not_wait_for_a_running_generation(backend: LlamaCppBackend) -> None:
+    stream = backend.generate(Prompt(SYSTEM, user="hi"), cancel=threading.Event())
+    next(stream)  # the generation holds the model now
+    assert backend.warm(Prompt(SYSTEM, user="hello")) == 0
+    stream.close()
+    assert backend.warm(Prompt(SYSTEM, user="hello")) > 0
+
+
+def test_a_prompt_longer_than_the_context_drops_the_oldest_turns(tiny_path: Path) -> None:
+    backend = _backend(tiny_path, n_ctx=256, max_tokens=16)
+    history = tuple(Turn("user" if i % 2 == 0 else "robot", f"turn number {i} about a box")
+                    for i in range(40))
+    prompt = Prompt(SYSTEM, history=history, user="what is this")
+    text, stats = _run(backend, prompt)
+    assert text and stats.turns_dropped > 0
+    assert stats.prompt_tokens + 16 <= 256
+    assert prompt.history == history and len(prompt.history) == 40  # not mutated
+    # Even a user text that alone is longer than the context: its last words are kept.
+    text, stats = _run(backend, Prompt(SYSTEM, user="box " * 400 + "the end"))
+    assert text and stats.prompt_tokens + 16 <= 256
+    backend.close()
+
+
+def test_threads_and_sampling_change_without_reload(backend: LlamaCppBackend) -> None:
+    backend.update({"llm.threads": 2, "llm.max_tokens": 5, "llm.prompt_chunk": 4})
+    text, stats = _run(backend, Prompt(SYSTEM, user="hi"))
+    assert stats.generated_tokens == 5 and text
+    with pytest.raises(ConfigError, match="llm.threads"):
+        backend.update({"llm.threads": 0})
+
+
+@pytest.mark.parametrize("content, match", [
+    (None, "does not exist"),
+    (b"", "is empty"),
+    (b"hello, this is a text file\n", "is not a GGUF file"),
+    (b"GGUF\x03\x00", "truncated"),
+])
+def test_bad_model_files_get_a_clear_error(tmp_path: Path, content: bytes | None,
+                                           match: str) -> None:
+    path = tmp_path / "model.gguf"
+    if content is not None:
+        path.write_bytes(content)
+    with pytest.raises(EngineError, match=match) as info:
+        LlamaCppBackend(path).load()
+    assert str(path) in str(info.value)
+
+
+def test_a_truncated_model_gets_a_clear_error(tiny_path: Path, tmp_path: Path) -> None:
+    path = tmp_path / "cut.gguf"
+    path.write_bytes(tiny_path.read_bytes()[:200_000])
+    with pytest.raises(EngineError, match="truncated") as info:
+        LlamaCppBackend(path).load()
+    assert str(path) in str(info.value)
+
+
+def test_a_directory_is_not_a_model(tmp_path: Path) -> None:
+    with pytest.raises(EngineError, match="not a file"):
+        check_gguf(tmp_path)
+    with pytest.raises(EngineError, match="no GGUF model configured"):
+        check_gguf("")
+
+
+@pytest.mark.parametrize("stop, deltas, expected, stopped", [
+    (("\n",), [" Hello", " there", ".\nUser"], "Hello there.", True),
+    (("User:",), ["Yes", " Us", "er", ": no"], "Yes ", True),
+    (("User:",), ["Yes", " Us", "ually"], "Yes Usually", False),
+    (("\n\n", "###"), ["a", "\n", "b", "#", "#", "c"], "a\nb##c", False),
+    (("\n",), ["\n", "  ", "Hi", "\n"], "Hi", True),
+    ((), ["a", "b"], "ab", False),
+])
+def test_stop_filter_holds_back_possible_stop_starts(
+        stop: tuple[str, ...], deltas: list[str], expected: str, stopped: bool) -> None:
+    f = StopFilter(stop)
+    out = "".join(f.feed(d) for d in deltas) + f.flush()
+    assert out == expected and f.stopped == stopped
+
+
+def test_stop_filter_emits_text_as_soon_as_it_is_safe() -> None:
+    f = StopFilter(("User:",))
+    assert f.feed("Hello") == "Hello"
+    assert f.feed(" U") == " "  # "U" could start "User:"
+    assert f.feed("p") == "Up"
+
+
+def test_make_backend_builds_what_the_parameters_select(tiny_path: Path) -> None:
+    assert {spec.name.split(".")[0] for spec in LLM_PARAMS} == {"llm"}
+    assert set(LLM_BACKENDS) == {"embedded", "gguf", "minicpmv", "remote"}
+    gguf_backend = make_backend({"llm.backend": "gguf", "llm.model_path": str(tiny_path),
+                                 "llm.n_ctx": 256, "llm.seed": 1})
+    assert isinstance(gguf_backend, LlamaCppBackend) and gguf_backend.name == "gguf"
+    gguf_backend.load()
+    assert "".join(gguf_backend.generate(Prompt(SYSTEM, user="hi"), cancel=threading.Event(),
+                                         max_tokens=4)) is not None
+    gguf_backend.close()
+    embedded = make_backend({})
+    assert isinstance(embedded, LlamaCppBackend) and embedded.name == "embedded"
+    assert isinstance(make_backend({"llm.backend": "minicpmv"}), MiniCpmVBackend)
+    assert isinstance(make_backend({"llm.backend": "remote"}), RemoteBackend)
+    with pytest.raises(ConfigError, match="allowed values"):
+        make_backend({"llm.backend": "gpt"})
+    with pytest.raises(EngineError, match="no GGUF model configured"):
+        make_backend({"llm.backend": "gguf"}).load()
+    with pytest.raises(ConfigError, match="OMNIFLOW_TEST_NO_SUCH_KEY"):
+        make_backend({"llm.backend": "remote",
+                      "llm.remote.api_key_env": "OMNIFLOW_TEST_NO_SUCH_KEY"})
+
+
+def test_minicpmv_needs_its_model_and_mmproj(tiny_path: Path, tmp_path: Path) -> None:
+    with pytest.raises(EngineError, match="MiniCPM-V model not found"):
+        MiniCpmVBackend(tmp_path / "missing.gguf", tmp_path / "mmproj.gguf").load()
+    with pytest.raises(EngineError, match="llm.mmproj_path"):
+        MiniCpmVBackend(tiny_path, "").load()
+    with pytest.raises(EngineError, match="mmproj not found") as info:
+        MiniCpmVBackend(tiny_path, tmp_path / "mmproj.gguf").load()
+    assert str(tmp_path / "mmproj.gguf") in str(info.value)
+    not_gguf = tmp_path / "mmproj.bin"
+    not_gguf.write_bytes(b"\x00" * 64)
+    with pytest.raises(EngineError, match="not a GGUF file"):
+        MiniCpmVBackend(tiny_path, not_gguf).load()
+
+
+def test_chat_messages_carry_images_as_data_uris_and_the_scene_as_text() -> None:
+    import base64
+
+    import numpy as np
+
+    frame = np.zeros((48, 64, 3), dtype=np.uint8)
+    frame[:, :, 0] = 255  # red
+    prompt = Prompt(SYSTEM, scene="a red box", history=(Turn("user", "hi"),
+                                                        Turn("robot", "hello")),
+                    user="what is this?", images=(frame,))
+    messages = chat_messages(prompt)
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
+    content = messages[-1]["content"]
+    assert [c["type"] for c in content] == ["image_url", "text"]
+    uri = content[0]["image_url"]["url"]
+    assert uri.startswith("data:image/jpeg;base64,")
+    assert base64.b64decode(uri.split(",", 1)[1])[:2] == b"\xff\xd8"  # JPEG
+    assert "a red box" in content[1]["text"] and "what is this?" in content[1]["text"]
+    text_only = chat_messages(prompt, images=False)
+    assert isinstance(text_only[-1]["content"], str) and "a red box" in text_only[-1]["content"]
+    with pytest.raises(ConfigError, match="RGB uint8"):
+        chat_messages(Prompt(SYSTEM, user="x", images=(np.zeros((4, 4)),)))

