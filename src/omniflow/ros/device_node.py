@@ -18,7 +18,7 @@ from collections.abc import Callable
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.exceptions import InvalidParameterTypeException, InvalidParameterValueException
-from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+from rclpy.executors import Executor, ExternalShutdownException, SingleThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 
 from omniflow.core.params import ParamSpec
@@ -243,12 +243,14 @@ class DeviceNode(LifecycleNode):
         return self._device.describe() if self._device is not None else ""
 
 
-def run_node(node_factory: Callable[[], LifecycleNode], args: list[str] | None = None) -> int:
+def run_node(node_factory: Callable[[], LifecycleNode], args: list[str] | None = None, *,
+             executor_factory: Callable[[], Executor] = SingleThreadedExecutor) -> int:
     """Run a lifecycle node until shutdown; the entry point of the node executables.
 
     The node has a ``params`` dict with ``autostart`` and a ``release()`` that frees what it
     holds in any state (:class:`DeviceNode`, the fusion node). It spins on a single-threaded
-    executor: its callbacks only buffer, workers do the rest on their own threads.
+    executor by default: its callbacks only buffer, workers do the rest on their own threads.
+    A node whose callbacks wait (the dialogue node's action goals) passes a multi-threaded one.
 
     Returns 2 when the node cannot start (a bad parameter), with the reason logged.
     """
@@ -259,7 +261,7 @@ def run_node(node_factory: Callable[[], LifecycleNode], args: list[str] | None =
         rclpy.logging.get_logger("omniflow").fatal(f"cannot start: {err}")
         rclpy.try_shutdown()
         return 2
-    executor = SingleThreadedExecutor()
+    executor = executor_factory()
     executor.add_node(node)
     if node.params["autostart"]:
         if node.trigger_configure() == TransitionCallbackReturn.SUCCESS:

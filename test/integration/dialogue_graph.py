@@ -1,0 +1,106 @@
+"""The dialogue node and a speech node in one namespace, as the tests see them."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from lifecycle_msgs.msg import State as LifecycleStateMsg
+from rclpy.action import ActionClient
+from std_msgs.msg import String
+
+from omniflow.action import Converse
+from omniflow.msg import DialogueState, ResponseChunk, SpeechState, Transcript, VoiceActivity
+from omniflow.ros import conversions
+from omniflow.ros.monitor import TopicRecorder
+from omniflow.ros.qos import EVENTS, LATCHED
+from ros_helpers import lifecycle_state
+
+DIALOGUE = "omniflow.nodes.dialogue"
+SPEECH = "omniflow.nodes.speech"
+# Generous: two cores shared with the rest of the suite; the model loads in ~1-3 s.
+START_TIMEOUT_S = 90.0
+ANSWER_TIMEOUT_S = 120.0
+LONG_PROMPT = "Tell me a long story about a robot who learns to cook, with many details."
+
+
+def dialogue_params(**overrides) -> dict[str, object]:
+    params = {"llm.backend": "embedded", "llm.max_tokens": 64, "llm.seed": 7,
+              "proactive.enabled": False, "speech_start_timeout_s": 2.0}
+    params.update(overrides)
+    return params
+
+
+class Graph:
+    """The dialogue and speech nodes in one namespace, and this test's view of them."""
+
+    def __init__(self, ros_node, start_node, *, speech: bool = True, **params):
+        self.node = ros_node
+        self.namespace = f"/t{uuid.uuid4().hex[:6]}"
+        self.dialogue = start_node(DIALOGUE, "dialogue", dialogue_params(**params),
+                                   namespace=self.namespace)
+        if speech:
+            self.speech = start_node(SPEECH, "speech", {"sink": "null"},
+                                     namespace=self.namespace)
+        self.states = TopicRecorder(ros_node, DialogueState, self.topic("dialogue_state"),
+                                    LATCHED)
+        self.chunks = TopicRecorder(ros_node, ResponseChunk, self.topic("response"), EVENTS)
+        self.said = TopicRecorder(ros_node, Transcript, self.topic("user_said"), EVENTS)
+        self.speech_states = TopicRecorder(ros_node, SpeechState, self.topic("speech_state"),
+                                           LATCHED)
+        self.status = TopicRecorder(ros_node, String, self.topic("dialogue/status"), LATCHED)
+        self.voice = ros_node.create_publisher(VoiceActivity, self.topic("voice_activity"),
+                                               EVENTS)
+        self.transcript = ros_node.create_publisher(Transcript, self.topic("transcript"),
+                                                    EVENTS)
+        self.client = ActionClient(ros_node, Converse, self.topic("converse"))
+
+    def topic(self, name: str) -> str:
+        return f"{self.namespace}/{name}"
+
+    def wait_active(self) -> None:
+        assert self.client.wait_for_server(timeout_sec=START_TIMEOUT_S), \
+            self.dialogue.output()
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while lifecycle_state(self.node, self.dialogue) != LifecycleStateMsg.PRIMARY_STATE_ACTIVE:
+            assert time.monotonic() < deadline, self.dialogue.output()
+            time.sleep(0.2)
+        for publisher in (self.voice, self.transcript):
+            while publisher.get_subscription_count() < 1:
+                assert time.monotonic() < deadline, "the dialogue node never subscribed"
+                time.sleep(0.05)
+
+    def send(self, prompt: str = "", *, listen: bool = False, preempt: bool = False,
+             timeout_s: float = 0.0):
+        """Send a goal; returns (goal handle, feedback list)."""
+        feedback: list[Converse.Feedback] = []
+        goal = Converse.Goal(mode=Converse.Goal.MODE_LISTEN if listen else
+                             Converse.Goal.MODE_PROMPT, prompt=prompt, preempt=preempt,
+                             timeout_s=float(timeout_s))
+        future = self.client.send_goal_async(
+            goal, feedback_callback=lambda m: feedback.append(m.feedback))
+        return wait_future(future, START_TIMEOUT_S), feedback
+
+    def state_sequence(self) -> list[int]:
+        return [m.state for m in self.states.messages]
+
+    def wait_state(self, state: int, timeout: float = ANSWER_TIMEOUT_S) -> DialogueState:
+        self.states.wait_until(lambda ms: any(m.state == state for m in ms), timeout=timeout,
+                               what=f"dialogue state {state}")
+        return next(m for m in self.states.messages if m.state == state)
+
+    def speak_user(self, utterance_id: int, speech_s: float) -> None:
+        now_ns = self.node.get_clock().now().nanoseconds
+        start_ns = now_ns - int(speech_s * 1e9)
+        self.voice.publish(VoiceActivity(
+            header=conversions.header(start_ns, "microphone"), event=VoiceActivity.START,
+            utterance_id=utterance_id, start=conversions.time_from_ns(start_ns),
+            speech_s=speech_s, echo_score=float("nan")))
+
+
+def wait_future(future, timeout: float):
+    deadline = time.monotonic() + timeout
+    while not future.done():
+        assert time.monotonic() < deadline, "no answer from the action server"
+        time.sleep(0.02)
+    return future.result()

@@ -1,0 +1,154 @@
+"""The dialogue node with the embedded Gemma model and a real speech node, over DDS (tier 2):
+the converse action streams, cancels and refuses while busy; barge-in stops generation and
+playback; a missing model leaves the node up with a clear reason."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from action_msgs.msg import GoalStatus
+from dialogue_graph import ANSWER_TIMEOUT_S, LONG_PROMPT, START_TIMEOUT_S, Graph, wait_future
+from lifecycle_msgs.msg import State as LifecycleStateMsg
+
+from omniflow.msg import DialogueState, ResponseChunk, Transcript
+from omniflow.ros import conversions
+from ros_helpers import lifecycle_state
+
+
+def turn_text(chunks: list[ResponseChunk], turn_id: int) -> str:
+    return "".join(c.text_delta for c in chunks if c.turn_id == turn_id)
+
+
+@pytest.fixture
+def graph(ros_node, start_node) -> Graph:
+    g = Graph(ros_node, start_node)
+    g.wait_active()
+    return g
+
+
+def test_converse_goal_streams_an_answer_that_is_spoken(graph):
+    handle, feedback = graph.send("What colour is the sky on a clear day?")
+    assert handle.accepted
+    result = wait_future(handle.get_result_async(), ANSWER_TIMEOUT_S).result
+    assert result.success, result.error
+    assert result.response.strip()
+    assert result.transcript.text == "What colour is the sky on a clear day?"
+    assert feedback and feedback[-1].partial_response == result.response
+    assert "".join(f.text_delta for f in feedback) == result.response
+    graph.chunks.wait_until(lambda ms: any(m.is_final for m in ms), timeout=10,
+                            what="the final chunk")
+    chunks = [c for c in graph.chunks.messages if c.turn_id == result.turn_id]
+    assert [c.index for c in chunks] == list(range(len(chunks)))
+    assert turn_text(chunks, result.turn_id) == result.response
+    sequence = graph.state_sequence()
+    assert DialogueState.THINKING in sequence and DialogueState.SPEAKING in sequence
+    assert sequence[-1] == DialogueState.LISTENING
+    # the speech node played it
+    assert any(s.speaking and s.turn_id == result.turn_id
+               for s in graph.speech_states.messages)
+
+
+def test_cancel_stops_generation_and_speech(graph):
+    handle, feedback = graph.send(LONG_PROMPT)
+    deadline = time.monotonic() + ANSWER_TIMEOUT_S
+    while not feedback:
+        assert time.monotonic() < deadline, "no feedback"
+        time.sleep(0.01)
+    wait_future(handle.cancel_goal_async(), 10)
+    outcome = wait_future(handle.get_result_async(), 30)
+    assert outcome.status == GoalStatus.STATUS_CANCELED
+    assert not outcome.result.success and "cancel" in outcome.result.error
+    turn = outcome.result.turn_id
+    count = len([c for c in graph.chunks.messages if c.turn_id == turn])
+    time.sleep(1.0)
+    later = [c for c in graph.chunks.messages if c.turn_id == turn]
+    assert len(later) == count, "chunks kept coming after the cancel"
+    assert not any(c.is_final for c in later)
+    graph.speech_states.wait_until(lambda ms: ms and not ms[-1].speaking, timeout=10,
+                                   what="speech idle")
+    assert graph.state_sequence()[-1] == DialogueState.LISTENING
+
+
+def test_goals_are_refused_while_busy_unless_preempting(graph):
+    first, _ = graph.send(LONG_PROMPT)
+    assert first.accepted
+    graph.wait_state(DialogueState.THINKING)
+    second, _ = graph.send("Say yes.")
+    assert not second.accepted
+    third, _ = graph.send("Say yes.", preempt=True)
+    assert third.accepted
+    first_result = wait_future(first.get_result_async(), ANSWER_TIMEOUT_S)
+    assert first_result.status == GoalStatus.STATUS_ABORTED
+    assert "preempted" in first_result.result.error
+    third_result = wait_future(third.get_result_async(), ANSWER_TIMEOUT_S).result
+    assert third_result.success, third_result.error
+    assert third_result.turn_id > first_result.result.turn_id
+
+
+def test_an_empty_goal_fails_with_a_reason_and_history_survives(graph):
+    handle, _ = graph.send("   ")
+    outcome = wait_future(handle.get_result_async(), 30)
+    assert outcome.status == GoalStatus.STATUS_ABORTED
+    assert "prompt is empty" in outcome.result.error
+    handle, _ = graph.send("Say hello.")
+    result = wait_future(handle.get_result_async(), ANSWER_TIMEOUT_S).result
+    assert result.success, result.error
+
+
+def test_listen_goal_answers_the_next_utterance_and_user_said_fires(graph):
+    handle, feedback = graph.send(listen=True, timeout_s=60)
+    assert handle.accepted
+    time.sleep(0.5)
+    graph.speak_user(7, 0.3)
+    now_ns = graph.node.get_clock().now().nanoseconds
+    graph.transcript.publish(Transcript(
+        header=conversions.header(now_ns, "microphone"), utterance_id=7,
+        start=conversions.time_from_ns(now_ns - 10**9), end=conversions.time_from_ns(now_ns),
+        text="what is your name", confidence=0.9, is_final=True))
+    result = wait_future(handle.get_result_async(), ANSWER_TIMEOUT_S).result
+    assert result.success, result.error
+    assert result.transcript.text == "what is your name"
+    assert result.transcript.utterance_id == 7
+    assert result.response.strip()
+    said = graph.said.wait_for(1, timeout=10)
+    assert said[0].text == "what is your name" and said[0].utterance_id == 7
+
+
+def test_barge_in_stops_generation_and_playback(graph):
+    handle, feedback = graph.send(LONG_PROMPT)
+    graph.speech_states.wait_until(lambda ms: any(m.speaking for m in ms),
+                                   timeout=ANSWER_TIMEOUT_S, what="speaking")
+    sent = time.monotonic()
+    graph.speak_user(3, 0.2)
+    interrupted = graph.wait_state(DialogueState.INTERRUPTED, timeout=10)
+    assert "barge-in" in interrupted.reason
+    graph.speech_states.wait_until(lambda ms: not ms[-1].speaking, timeout=10,
+                                   what="speech idle")
+    stopped = time.monotonic() - sent
+    outcome = wait_future(handle.get_result_async(), 30)
+    assert outcome.status == GoalStatus.STATUS_ABORTED
+    assert "interrupted" in outcome.result.error
+    turn = outcome.result.turn_id
+    count = len([c for c in graph.chunks.messages if c.turn_id == turn])
+    time.sleep(1.0)
+    assert len([c for c in graph.chunks.messages if c.turn_id == turn]) == count
+    assert stopped < 10
+
+
+def test_a_missing_model_fails_configure_and_the_node_stays_up(ros_node, start_node):
+    g = Graph(ros_node, start_node, speech=False, **{"llm.backend": "gguf",
+                                                     "llm.model_path": "/nonexistent/m.gguf"})
+    assert g.client.wait_for_server(timeout_sec=START_TIMEOUT_S)
+    status = g.status.wait_until(
+        lambda ms: any("not configured" in m.data for m in ms), timeout=START_TIMEOUT_S,
+        what="configure failed")
+    text = json.loads(status[-1].data)["state"]
+    assert "/nonexistent/m.gguf" in text
+    assert lifecycle_state(ros_node, g.dialogue) == LifecycleStateMsg.PRIMARY_STATE_UNCONFIGURED
+    handle, _ = g.send("hello")
+    if handle.accepted:
+        outcome = wait_future(handle.get_result_async(), 30)
+        assert "not active" in outcome.result.error
+    assert g.dialogue.running
