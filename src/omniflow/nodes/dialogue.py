@@ -89,6 +89,9 @@ PARAMS = (
               read_only=True),
 )
 
+# Parameters that need the model reloaded: refused while it is loaded.
+_CONFIGURE_PARAMS = frozenset(spec.name for spec in PARAMS
+                              if not spec.live and not spec.read_only)
 # The newest associations and scenes kept to describe a turn's context.
 _ASSOCIATIONS = 32
 _SCENES = 64
@@ -254,10 +257,16 @@ class DialogueNode(LifecycleNode):
                                speech_start_timeout_s=p["speech_start_timeout_s"])
 
     def _apply_params(self, changes: dict[str, object]) -> str | None:
-        llm = [name for name in changes if name.startswith("llm.")]
-        if llm and self._backend is not None:
-            return (f"{', '.join(llm)} apply on configure: deactivate and clean up the node "
+        fixed = [name for name in changes if name in _CONFIGURE_PARAMS]
+        if fixed and self._backend is not None:
+            return (f"{', '.join(fixed)} apply on configure: deactivate and clean up the node "
                     "first (the model is loaded)")
+        live_llm = {name: value for name, value in changes.items() if name.startswith("llm.")}
+        if live_llm and self._backend is not None:
+            try:
+                self._backend.update(live_llm)  # threads, sampling: from the next token
+            except (ConfigError, EngineError) as err:
+                return str(err)
         with self._lock:
             self.params.update(changes)
             m = self._manager
