@@ -75,6 +75,9 @@ PARAMS = (
               maximum=30.0, live=True),
     ParamSpec("vision.enabled", True, "Encode camera frames into vision tokens",
               read_only=True),
+    ParamSpec("audio.prompt", True, "Run the echo stage, VAD and recogniser as soon as a "
+              "chunk arrives (false: once per slice, up to a slice later; the baseline of "
+              "benchmarks/barge_in.py)", read_only=True),
     ParamSpec("echo.enabled", True, "Take the robot's own voice (the speech node's "
               "played_audio) out of the microphone before voice activity and recognition",
               read_only=True),
@@ -457,13 +460,17 @@ class FusionNode(LifecycleNode):
         on the node clock at least every quarter slice (the scheduler merges overdue slices,
         so a slow one never queues more)."""
         poll_s = self.params["scheduler.slice_ms"] / 4000
+        prompt = self.params["audio.prompt"]
         while not self._stop.is_set():
-            self._wake.wait(poll_s)
+            (self._wake if prompt else self._stop).wait(poll_s)
             self._wake.clear()
             if self._stop.is_set():
                 break
             with self._core_lock:
                 if self._scheduler is None:
+                    continue
+                if not prompt:
+                    self._scheduler.run_due(self.now_ns())
                     continue
                 began = time.perf_counter_ns()
                 try:
