@@ -90,6 +90,10 @@ PARAMS = (
               unit="ms", minimum=0, maximum=1000, read_only=True),
     ParamSpec("echo.reverb_ms", 320, "How long the room keeps the robot's voice audible "
               "after it was played", unit="ms", minimum=0, maximum=1000, read_only=True),
+    ParamSpec("echo.wait_ms", 60, "While the robot speaks, a microphone chunk waits at most "
+              "this long (after its end) for the played audio that covers it, which can "
+              "arrive late under load; an echo without its reference would pass as speech",
+              unit="ms", minimum=0, maximum=500, read_only=True),
     ParamSpec("autostart", True, "Configure and activate at start-up; false leaves the "
               "transitions to a lifecycle manager", read_only=True),
     ParamSpec("max_future_ms", 1000, "Inputs stamped further ahead of the node clock are "
@@ -114,6 +118,9 @@ _JOIN_TIMEOUT_S = 3.0
 _PLAYED_BUFFER = 200
 # Played audio kept as the echo reference beyond the longest delay and reverberation.
 _REFERENCE_SLACK_MS = 1000
+# The robot counts as speaking (microphone chunks wait for its reference) this long after
+# the end of the last block it played.
+_SPEAKING_NS = 300 * _MS
 
 
 @dataclass
@@ -317,6 +324,7 @@ class FusionNode(LifecycleNode):
             if len(self._played_in) >= _PLAYED_BUFFER:
                 self._played_in.popleft()
             self._played_in.append((stamp_ns, samples))
+        self._wake.set()
 
     def _on_image(self, msg: Image) -> None:
         stamp_ns = conversions.ns_from_time(msg.header.stamp)
@@ -498,17 +506,31 @@ class FusionNode(LifecycleNode):
         """Echo stage, VAD and ASR on every buffered chunk, one audio token each; the played
         blocks first, so the reference covers the chunks."""
         with self._lock:
-            chunks = list(self._audio_in)
-            self._audio_in.clear()
             played = list(self._played_in)
             self._played_in.clear()
         if self._reference is not None:
             for stamp_ns, samples in played:
                 self._reference.add(stamp_ns, samples)
             self.stats.played_blocks += len(played)
-        for stamp_ns, samples in chunks:
+        while True:
+            with self._lock:
+                if not self._audio_in or self._awaits_reference(*self._audio_in[0]):
+                    break
+                stamp_ns, samples = self._audio_in.popleft()
             self._ingest_chunk(stamp_ns, samples)
         self._publish_activity()
+
+    def _awaits_reference(self, stamp_ns: int, samples: np.ndarray) -> bool:
+        """True while the robot speaks, the played audio covering this chunk has not arrived
+        yet, and the chunk has waited less than ``echo.wait_ms``."""
+        reference = self._reference
+        if reference is None or not len(reference):
+            return False
+        end_ns = stamp_ns + len(samples) * NS_PER_SAMPLE
+        newest = reference.newest_end_ns
+        if newest >= end_ns or newest < stamp_ns - _SPEAKING_NS:
+            return False
+        return self.now_ns() - end_ns < self.params["echo.wait_ms"] * _MS
 
     def _ingest_chunk(self, stamp_ns: int, samples: np.ndarray) -> None:
         end_ns = stamp_ns + len(samples) * NS_PER_SAMPLE
