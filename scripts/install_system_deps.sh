@@ -4,11 +4,12 @@
 #   pulseaudio pulseaudio-utils    a null sink + virtual source for the real audio-device test
 #   libasound2-plugins             the ALSA "pulse" plugin, so PortAudio reaches that daemon
 #   espeak-ng                      speech for the sample-making scripts
+#   libspeexdsp1                   Speex's echo canceller, compared in benchmarks/echo.py
 #   cmake g++ make python3-dev python3-venv   building the interfaces (rosidl) and the venv
 # Runs apt-get directly as root, through sudo otherwise; does nothing when all are present.
 set -euo pipefail
 
-packages=(libportaudio2 pulseaudio pulseaudio-utils libasound2-plugins espeak-ng
+packages=(libportaudio2 pulseaudio pulseaudio-utils libasound2-plugins espeak-ng libspeexdsp1
           cmake g++ make python3-dev python3-venv)
 
 missing=()

@@ -20,7 +20,9 @@ from std_msgs.msg import String
 from omniflow.core import audio_format
 from omniflow.core.association import Associator, Decision
 from omniflow.core.association import TokenRef as CoreTokenRef
+from omniflow.core.echo import EchoGate, EchoReference, EchoResult
 from omniflow.core.params import ParamSpec
+from omniflow.core.resample import resample_int16
 from omniflow.core.scheduler import Slice, TdmScheduler
 from omniflow.core.semantic import CODE_BITS, Gate, LshEncoder
 from omniflow.core.tokens import Modality, Token, TokenRing
@@ -28,7 +30,14 @@ from omniflow.engines.asr import PocketsphinxRecognizer, RecognitionResult
 from omniflow.engines.vad import NS_PER_SAMPLE, SAMPLE_RATE, VAD_ENGINES, make_vad
 from omniflow.engines.vision import VisionEncoder, make_default_encoder
 from omniflow.errors import AudioFormatError, ConfigError, EngineError, ImageFormatError
-from omniflow.msg import Association, AudioChunk, TokenRef, Transcript, TranscriptWord
+from omniflow.msg import (
+    Association,
+    AudioChunk,
+    TokenRef,
+    Transcript,
+    TranscriptWord,
+    VoiceActivity,
+)
 from omniflow.ros import conversions
 from omniflow.ros.device_node import run_node
 from omniflow.ros.params import declare_parameters, parameter_values
@@ -49,6 +58,9 @@ PARAMS = (
               "once per slice", unit="ms", minimum=20, maximum=500, read_only=True),
     ParamSpec("vad.engine", "webrtc", "Voice-activity detector", choices=VAD_ENGINES,
               read_only=True),
+    ParamSpec("vad.min_speech_ms", 90, "Speech at least this long starts an utterance "
+              "(shorter blips are ignored); part of the barge-in latency", unit="ms",
+              minimum=30, maximum=1000, read_only=True),
     ParamSpec("vad.min_silence_ms", 400, "A pause at least this long ends an utterance "
               "(shorter ones stay inside it; 300 ms split a sentence at a breath in tests)",
               unit="ms", minimum=100, maximum=3000, read_only=True),
@@ -58,10 +70,30 @@ PARAMS = (
               minimum=2.0, maximum=120.0, read_only=True),
     ParamSpec("asr.grammar_path", "", "JSGF grammar for command sets; empty: open "
               "vocabulary (pocketsphinx's bundled language model)", read_only=True),
-    ParamSpec("vision.rate_hz", 5.0, "Frames encoded per second (the newest frame each time)",
-              unit="frames/s", minimum=0.5, maximum=30.0, read_only=True),
+    ParamSpec("vision.rate_hz", 5.0, "Frames encoded per second (the newest frame each time); "
+              "the power manager changes it at run time", unit="frames/s", minimum=0.5,
+              maximum=30.0, live=True),
     ParamSpec("vision.enabled", True, "Encode camera frames into vision tokens",
               read_only=True),
+    ParamSpec("audio.prompt", True, "Run the echo stage, VAD and recogniser as soon as a "
+              "chunk arrives (false: once per slice, up to a slice later; the baseline of "
+              "benchmarks/barge_in.py)", read_only=True),
+    ParamSpec("echo.enabled", True, "Take the robot's own voice (the speech node's "
+              "played_audio) out of the microphone before voice activity and recognition",
+              read_only=True),
+    ParamSpec("echo.suppress_score", 0.7, "A chunk whose energy the played audio explains "
+              "at least this much is the robot's voice: it starts no speech (lower: fewer "
+              "false barge-ins, more missed double talk)", minimum=0.3, maximum=1.0,
+              read_only=True),
+    ParamSpec("echo.max_delay_ms", 300, "Longest delay searched between a played block's "
+              "stamp and its echo in the microphone (output buffering and distance)",
+              unit="ms", minimum=0, maximum=1000, read_only=True),
+    ParamSpec("echo.reverb_ms", 320, "How long the room keeps the robot's voice audible "
+              "after it was played", unit="ms", minimum=0, maximum=1000, read_only=True),
+    ParamSpec("echo.wait_ms", 60, "While the robot speaks, a microphone chunk waits at most "
+              "this long (after its end) for the played audio that covers it, which can "
+              "arrive late under load; an echo without its reference would pass as speech",
+              unit="ms", minimum=0, maximum=500, read_only=True),
     ParamSpec("autostart", True, "Configure and activate at start-up; false leaves the "
               "transitions to a lifecycle manager", read_only=True),
     ParamSpec("max_future_ms", 1000, "Inputs stamped further ahead of the node clock are "
@@ -82,6 +114,13 @@ _MAX_LOG_KEYS = 64
 _DIGITS = re.compile(r"\d+")
 # Time the slice thread gets to finish its slice when the node deactivates.
 _JOIN_TIMEOUT_S = 3.0
+# Played blocks buffered between the callback and the slice thread (20 ms blocks: 4 s).
+_PLAYED_BUFFER = 200
+# Played audio kept as the echo reference beyond the longest delay and reverberation.
+_REFERENCE_SLACK_MS = 1000
+# The robot counts as speaking (microphone chunks wait for its reference) this long after
+# the end of the last block it played.
+_SPEAKING_NS = 300 * _MS
 
 
 @dataclass
@@ -101,6 +140,13 @@ class FusionStats:
     finals: int = 0
     associations: int = 0
     engine_errors: int = 0
+    played_blocks: int = 0    # played_audio blocks taken as the echo reference
+    rejected_played: int = 0
+    echo_chunks: int = 0      # microphone chunks judged to be the robot's own voice
+    echo_suppressed_starts: int = 0  # speech starts the raw microphone had, echo removed
+    voice_activity: int = 0   # VoiceActivity messages published
+    echo_delay_ms: float = float("nan")  # the echo delay last estimated
+    audio_ingest_ms_max: float = 0.0  # longest prompt audio pass (echo, VAD, ASR)
     last_reject_reason: str = ""
 
 
@@ -123,6 +169,9 @@ class FusionNode(LifecycleNode):
         subscribes:
             ``audio`` (omniflow/msg/AudioChunk, sensor-data QoS): 16 kHz mono S16LE or F32LE.
             ``image_raw`` (sensor_msgs/Image, sensor-data QoS): rgb8, bgr8 or mono8.
+            ``played_audio`` (omniflow/msg/AudioChunk, sensor-data QoS): what the speech
+            node plays, stamped when its first sample goes out, mono S16LE or F32LE at any
+            rate (resampled to 16 kHz): the echo reference (see ``omniflow.core.echo``).
             Bad input (another rate or format, empty, NaN, a wrong step or encoding, zero
             size, a zero stamp or one more than ``max_future_ms`` ahead) is rejected with a
             throttled log line naming the problem and counted; nothing reaches the buffers.
@@ -131,17 +180,27 @@ class FusionNode(LifecycleNode):
             hypotheses while the user speaks (``is_final`` false, when they change) and the
             final text at the end of speech (or when speech lasts longer than
             ``vad.max_utterance_s``); start/end are the VAD's stream-time stamps.
+            ``voice_activity`` (omniflow/msg/VoiceActivity, reliable, keep last 50): the
+            user's speech with the robot's voice taken out: START as soon as the VAD
+            confirms speech (stamped with its first sample), ONGOING once per slice while
+            it lasts, END after the silence that ends it (or at ``vad.max_utterance_s``);
+            stream-time stamps; ``utterance_id`` matches the transcript's.
             ``associations`` (omniflow/msg/Association, reliable, keep last 50): one per
             speech start (the trigger), with every vision candidate in
             [t - before, t + after] and why each was or was not chosen.
             ``~/status`` (std_msgs/String, latched): a JSON summary (state, engines, counts).
             ``/diagnostics`` (diagnostic_msgs/DiagnosticArray, 1 Hz): buffer occupancy,
             evictions, overruns, late drops, rejected inputs, per-stage times.
-        parameters: see ``PARAMS``; all apply at start-up (read-only).
+        parameters: see ``PARAMS``; ``vision.rate_hz`` is live, the others apply at start-up
+        (read-only).
 
     Threads: subscription callbacks only validate and append to lock-guarded bounded buffers,
     on a SingleThreadedExecutor; the slices (VAD, ASR, vision, association) run on their own
     thread while active, driven by the node clock, so a slow encode never stalls the inputs.
+    Audio does not wait for its slice: the thread wakes when a chunk arrives and runs the
+    echo stage, VAD and recogniser on it at once (and publishes a START then), while vision,
+    association and the other outputs keep the slice cadence; the slice's ingest stage
+    drains whatever audio is left, so the scheduler's accounting is unchanged.
     (A timer in its own callback group on rclpy's MultiThreadedExecutor was tried first: it
     lost 30-70 % of the 25 Hz audio chunks at the sensor-data QoS depth of 5, even with vision
     off; the single-threaded executor plus a slice thread loses none.)
@@ -150,7 +209,7 @@ class FusionNode(LifecycleNode):
     def __init__(self, *, vision_factory: Callable[[], VisionEncoder] | None = None,
                  **kwargs) -> None:
         super().__init__("fusion", **kwargs)
-        declare_parameters(self, PARAMS)
+        declare_parameters(self, PARAMS, self._on_parameters)
         self.params = parameter_values(self, PARAMS)
         self.stats = FusionStats()
         self._vision_factory = vision_factory or make_default_encoder
@@ -158,6 +217,7 @@ class FusionNode(LifecycleNode):
         self._last_logged: dict[str, float] = {}  # rejection kind -> time.monotonic() logged
         self._audio_in: deque[tuple[int, np.ndarray]] = deque()
         self._frames_in: deque[tuple[int, np.ndarray]] = deque()
+        self._played_in: deque[tuple[int, np.ndarray]] = deque()
         self._core_lock = threading.Lock()  # ring, associator, engines: the slice's alone
         self._ring: TokenRing | None = None
         self._associator: Associator | None = None
@@ -172,6 +232,14 @@ class FusionNode(LifecycleNode):
         self._last_audio_end_ns = 0
         self._last_vision_ns = 0
         self._pending_frame: tuple[int, np.ndarray] | None = None
+        self._reference: EchoReference | None = None
+        self._echo: EchoGate | None = None
+        self._echo_vad = None          # a VAD on the raw microphone: counts what echo started
+        # The raw VAD's current speech run: [the robot was playing, the user VAD heard speech]
+        self._raw_run: list[bool] | None = None
+        self._echo_score = float("nan")
+        self._activity: list[VoiceActivity] = []
+        self._activity_pub = None
         self._decisions: list[Decision] = []
         self._texts: list[Transcript] = []
         self._state = "unconfigured"
@@ -179,8 +247,10 @@ class FusionNode(LifecycleNode):
         self._status_pub = self.create_publisher(String, "~/status", LATCHED)
         self._diagnostics = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self._stop = threading.Event()
+        self._wake = threading.Event()  # audio arrived (or stop): the slice thread runs it
         self._worker: threading.Thread | None = None
         self.create_subscription(AudioChunk, "audio", self._on_audio, SENSOR_DATA)
+        self.create_subscription(AudioChunk, "played_audio", self._on_played, SENSOR_DATA)
         self.create_subscription(Image, "image_raw", self._on_image, SENSOR_DATA)
         self.create_timer(1.0, self._publish_diagnostics)
         self._publish_status()
@@ -198,6 +268,8 @@ class FusionNode(LifecycleNode):
         with self._lock:
             if kind == "audio":
                 self.stats.rejected_audio += 1
+            elif kind == "played":
+                self.stats.rejected_played += 1
             else:
                 self.stats.rejected_images += 1
             self.stats.last_reject_reason = f"{kind}: {reason}"
@@ -207,7 +279,7 @@ class FusionNode(LifecycleNode):
             if due:
                 self._last_logged[key] = now
         if due:
-            what = "audio chunk" if kind == "audio" else "image"
+            what = {"audio": "audio chunk", "played": "played_audio block"}.get(kind, "image")
             self.get_logger().warning(f"{what} rejected: {reason}")
 
     def _stamp_problem(self, stamp_ns: int) -> str | None:
@@ -235,6 +307,24 @@ class FusionNode(LifecycleNode):
                 self.stats.buffer_overflows += 1
             self._audio_in.append((stamp_ns, samples))
             self.stats.audio_chunks += 1
+        self._wake.set()
+
+    def _on_played(self, msg: AudioChunk) -> None:
+        """A block the speech node played: kept (at 16 kHz) as the echo reference."""
+        stamp_ns = conversions.ns_from_time(msg.header.stamp)
+        problem = self._stamp_problem(stamp_ns)
+        if problem is None:
+            problem, samples = _check_audio(msg, any_rate=True)
+        if problem is not None:
+            self._reject("played", problem)
+            return
+        if msg.sample_rate != SAMPLE_RATE:
+            samples = resample_int16(samples, msg.sample_rate, SAMPLE_RATE)
+        with self._lock:
+            if len(self._played_in) >= _PLAYED_BUFFER:
+                self._played_in.popleft()
+            self._played_in.append((stamp_ns, samples))
+        self._wake.set()
 
     def _on_image(self, msg: Image) -> None:
         stamp_ns = conversions.ns_from_time(msg.header.stamp)
@@ -264,7 +354,7 @@ class FusionNode(LifecycleNode):
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
         p = self.params
         try:
-            vad = make_vad(p["vad.engine"], min_silence_ms=float(p["vad.min_silence_ms"]))
+            vad = make_vad(p["vad.engine"], **self._vad_timing())
             asr = PocketsphinxRecognizer(p["asr.grammar_path"] or None)
             vision = self._vision_factory() if p["vision.enabled"] else None
         except (ConfigError, EngineError) as err:
@@ -273,6 +363,7 @@ class FusionNode(LifecycleNode):
             self._publish_status()
             return TransitionCallbackReturn.FAILURE
         self._vad, self._asr, self._vision = vad, asr, vision
+        self._configure_echo()
         self._ring = TokenRing(p["ring.capacity"], max_future_ns=p["max_future_ms"] * _MS)
         # Cross-modal trigger (audio onset) against vision codes: the Hamming distance between
         # codes of different embeddings carries no meaning, so the gate accepts on the window
@@ -286,12 +377,15 @@ class FusionNode(LifecycleNode):
         self._transcript_pub = self.create_lifecycle_publisher(Transcript, "transcript", EVENTS)
         self._association_pub = self.create_lifecycle_publisher(
             Association, "associations", EVENTS)
+        self._activity_pub = self.create_lifecycle_publisher(
+            VoiceActivity, "voice_activity", EVENTS)
         self._state = "configured"
         self.get_logger().info(
             f"configured: vad {p['vad.engine']}, pocketsphinx "
             f"({p['asr.grammar_path'] or 'open vocabulary'}), vision "
             f"{'on' if vision else 'off'} ({p['vision.rate_hz']:g} frames/s), "
-            f"slice {p['scheduler.slice_ms']} ms")
+            f"slice {p['scheduler.slice_ms']} ms, echo removal "
+            f"{'on' if self._echo else 'off'}")
         self._publish_status()
         return TransitionCallbackReturn.SUCCESS
 
@@ -299,6 +393,7 @@ class FusionNode(LifecycleNode):
         with self._lock:
             self._audio_in.clear()
             self._frames_in.clear()
+            self._played_in.clear()
         self._stop.clear()
         self._worker = threading.Thread(target=self._run_slices, name="fusion-slices",
                                         daemon=True)
@@ -327,29 +422,72 @@ class FusionNode(LifecycleNode):
         with self._core_lock:
             self._vad = self._asr = self._vision = None
             self._ring = self._associator = self._scheduler = None
-        for publisher in (self._transcript_pub, self._association_pub):
+            self._reference = self._echo = self._echo_vad = None
+        for publisher in (self._transcript_pub, self._association_pub, self._activity_pub):
             if publisher is not None:
                 self.destroy_lifecycle_publisher(publisher)
-        self._transcript_pub = self._association_pub = None
+        self._transcript_pub = self._association_pub = self._activity_pub = None
         self._state = "unconfigured"
 
     def _stop_worker(self) -> None:
         self._stop.set()
+        self._wake.set()
         if self._worker is not None:
             self._worker.join(_JOIN_TIMEOUT_S)
             if self._worker.is_alive():
                 self.get_logger().error(f"slice thread did not stop within {_JOIN_TIMEOUT_S} s")
             self._worker = None
 
+    def _vad_timing(self) -> dict[str, float]:
+        return {"min_speech_ms": float(self.params["vad.min_speech_ms"]),
+                "min_silence_ms": float(self.params["vad.min_silence_ms"])}
+
+    def _configure_echo(self) -> None:
+        """The echo stage and its reference history, or none when ``echo.enabled`` is false."""
+        p = self.params
+        if not p["echo.enabled"]:
+            self._reference = self._echo = self._echo_vad = None
+            return
+        self._reference = EchoReference(
+            p["echo.max_delay_ms"] + p["echo.reverb_ms"] + _REFERENCE_SLACK_MS, SAMPLE_RATE)
+        self._echo = EchoGate(self._reference, suppress_score=p["echo.suppress_score"],
+                              max_delay_ms=p["echo.max_delay_ms"],
+                              reverb_ms=p["echo.reverb_ms"])
+        self._echo_vad = make_vad(p["vad.engine"], **self._vad_timing())
+
+    def _on_parameters(self, changes: dict[str, object]) -> str | None:
+        """Live parameters (``vision.rate_hz``): read by the slices from ``params``."""
+        self.params.update(changes)
+        if "vision.rate_hz" in changes and self._state != "unconfigured":
+            self.get_logger().info(f"encoding {changes['vision.rate_hz']:g} frames/s")
+        return None
+
     # ----------------------------------------------------------------- slices
     def _run_slices(self) -> None:
-        """The slice thread: look at the node clock every quarter slice and run what is due
-        (the scheduler merges overdue slices, so a slow one never queues more)."""
+        """The slice thread: run the audio as soon as it arrives, and the slice that is due
+        on the node clock at least every quarter slice (the scheduler merges overdue slices,
+        so a slow one never queues more)."""
         poll_s = self.params["scheduler.slice_ms"] / 4000
-        while not self._stop.wait(poll_s):
+        prompt = self.params["audio.prompt"]
+        while not self._stop.is_set():
+            (self._wake if prompt else self._stop).wait(poll_s)
+            self._wake.clear()
+            if self._stop.is_set():
+                break
             with self._core_lock:
-                if self._scheduler is not None:
+                if self._scheduler is None:
+                    continue
+                if not prompt:
                     self._scheduler.run_due(self.now_ns())
+                    continue
+                began = time.perf_counter_ns()
+                try:
+                    self._ingest_audio()
+                except Exception as err:  # counted and logged like a stage error
+                    self._on_stage_error("audio", err)
+                spent_ms = (time.perf_counter_ns() - began) / 1e6
+                self.stats.audio_ingest_ms_max = max(self.stats.audio_ingest_ms_max, spent_ms)
+                self._scheduler.run_due(self.now_ns())
 
     def _on_stage_error(self, stage: str, err: Exception) -> None:
         self.stats.engine_errors += 1
@@ -357,22 +495,56 @@ class FusionNode(LifecycleNode):
                                 throttle_duration_sec=_THROTTLE_S)
 
     def _ingest(self, current: Slice) -> None:
-        """Audio: VAD and ASR on every chunk, one audio token each; keep the newest frame."""
+        """Audio left over (the prompt pass usually took it); keep the newest frame."""
         with self._lock:
-            chunks = list(self._audio_in)
-            self._audio_in.clear()
             if self._frames_in:
                 self._pending_frame = self._frames_in[-1]
                 self._frames_in.clear()
-        for stamp_ns, samples in chunks:
+        self._ingest_audio()
+
+    def _ingest_audio(self) -> None:
+        """Echo stage, VAD and ASR on every buffered chunk, one audio token each; the played
+        blocks first, so the reference covers the chunks."""
+        with self._lock:
+            played = list(self._played_in)
+            self._played_in.clear()
+        if self._reference is not None:
+            for stamp_ns, samples in played:
+                self._reference.add(stamp_ns, samples)
+            self.stats.played_blocks += len(played)
+        while True:
+            with self._lock:
+                if not self._audio_in or self._awaits_reference(*self._audio_in[0]):
+                    break
+                stamp_ns, samples = self._audio_in.popleft()
             self._ingest_chunk(stamp_ns, samples)
+        self._publish_activity()
+
+    def _awaits_reference(self, stamp_ns: int, samples: np.ndarray) -> bool:
+        """True while the robot speaks, the played audio covering this chunk has not arrived
+        yet, and the chunk has waited less than ``echo.wait_ms``."""
+        reference = self._reference
+        if reference is None or not len(reference):
+            return False
+        end_ns = stamp_ns + len(samples) * NS_PER_SAMPLE
+        newest = reference.newest_end_ns
+        if newest >= end_ns or newest < stamp_ns - _SPEAKING_NS:
+            return False
+        return self.now_ns() - end_ns < self.params["echo.wait_ms"] * _MS
 
     def _ingest_chunk(self, stamp_ns: int, samples: np.ndarray) -> None:
         end_ns = stamp_ns + len(samples) * NS_PER_SAMPLE
         if stamp_ns < self._last_audio_end_ns - _NS_PER_S:  # the stream restarted (a loop)
+            if self._vad.is_speech:
+                self._activity_event(VoiceActivity.END, self._last_audio_end_ns)
             self._vad.reset()
             self._preroll.clear()
+            if self._echo is not None:
+                self._echo.reset()
+                self._echo_vad.reset()
+                self._raw_run = None
         self._last_audio_end_ns = end_ns
+        samples = self._remove_echo(samples, stamp_ns)
         self._preroll.append((stamp_ns, samples))
         while self._preroll and self._preroll[0][0] < end_ns - _PREROLL_NS:
             self._preroll.popleft()
@@ -385,6 +557,7 @@ class FusionNode(LifecycleNode):
                 self.stats.speech_starts += 1
                 self._speech_start_ns = event.stamp_ns
                 self._utterance += 1
+                self._activity_event(VoiceActivity.START, event.stamp_ns, end_ns)
                 first = [(s, x) for s, x in self._preroll
                          if s + len(x) * NS_PER_SAMPLE > event.stamp_ns]
                 self._asr.start(first[0][0])
@@ -397,13 +570,56 @@ class FusionNode(LifecycleNode):
                     self._asr_feed(samples, end_ns)
                     fed = True
                 self.stats.speech_ends += 1
+                self._activity_event(VoiceActivity.END, event.stamp_ns)
                 if self._asr.active:
                     self._final(self._asr.finish(), event.stamp_ns)
         if self._asr.active and not fed:
             self._asr_feed(samples, end_ns)
+        if self._raw_run is not None and self._vad.is_speech:
+            self._raw_run[1] = True
         if self._vad.is_speech and \
                 end_ns - self._speech_start_ns > self.params["vad.max_utterance_s"] * _NS_PER_S:
             self._cut_utterance(end_ns)
+
+    def _remove_echo(self, samples: np.ndarray, stamp_ns: int) -> np.ndarray:
+        """The chunk with the robot's voice taken out (unchanged with echo removal off or
+        nothing played lately); counts the speech starts that only the echo made."""
+        if self._echo is None:
+            return samples
+        result: EchoResult = self._echo.process(samples, stamp_ns)
+        self._echo_score = result.echo_score
+        if result.echo:
+            self.stats.echo_chunks += 1
+        if not np.isnan(result.delay_ms):
+            self.stats.echo_delay_ms = result.delay_ms
+        for event in self._echo_vad.process(samples, stamp_ns):
+            if event.kind == "start":
+                self._raw_run = [not np.isnan(result.echo_score), False]
+            elif self._raw_run is not None:
+                played, heard = self._raw_run
+                if played and not heard:
+                    self.stats.echo_suppressed_starts += 1
+                self._raw_run = None
+        return result.samples
+
+    def _activity_event(self, event: int, stamp_ns: int, heard_until_ns: int | None = None
+                        ) -> None:
+        """Queue one VoiceActivity message (published at the end of the audio pass)."""
+        until = stamp_ns if heard_until_ns is None else heard_until_ns
+        self._activity.append(VoiceActivity(
+            header=conversions.header(stamp_ns, "microphone"), event=event,
+            utterance_id=self._utterance, start=conversions.time_from_ns(self._speech_start_ns),
+            speech_s=max(until - self._speech_start_ns, 0) / _NS_PER_S,
+            echo_score=self._echo_score))
+
+    def _publish_activity(self) -> None:
+        events, self._activity = self._activity, []
+        publisher = self._activity_pub
+        if publisher is None:
+            return
+        for msg in events:
+            publisher.publish(msg)
+        self.stats.voice_activity += len(events)
 
     def _cut_utterance(self, end_ns: int) -> None:
         """End an utterance that lasted too long: final transcript now, VAD from scratch."""
@@ -411,6 +627,7 @@ class FusionNode(LifecycleNode):
         self.get_logger().warning(
             f"speech lasted over {self.params['vad.max_utterance_s']:g} s: transcript "
             "finalised and the VAD reset", throttle_duration_sec=_THROTTLE_S)
+        self._activity_event(VoiceActivity.END, end_ns)
         if self._asr.active:
             self._final(self._asr.finish(), end_ns)
         self._vad.reset()
@@ -471,6 +688,9 @@ class FusionNode(LifecycleNode):
         for decision in decisions:
             self.stats.associations += 1
             self._association_pub.publish(_association_msg(decision))
+        if self._vad.is_speech:
+            self._activity_event(VoiceActivity.ONGOING, self._last_audio_end_ns)
+        self._publish_activity()
 
     # ----------------------------------------------------------------- reporting
     def _summary(self) -> dict[str, object]:
@@ -509,9 +729,13 @@ class FusionNode(LifecycleNode):
         self._publish_status()
 
 
-def _check_audio(msg: AudioChunk) -> tuple[str | None, np.ndarray | None]:
-    """(problem, None) or (None, 1-D int16 samples at 16 kHz) for one chunk."""
-    if msg.sample_rate != SAMPLE_RATE:
+def _check_audio(msg: AudioChunk, any_rate: bool = False
+                 ) -> tuple[str | None, np.ndarray | None]:
+    """(problem, None) or (None, 1-D int16 samples) for one chunk: at 16 kHz unless
+    ``any_rate`` (then at ``msg.sample_rate``, which must be positive)."""
+    if any_rate and msg.sample_rate <= 0:
+        return f"sample_rate {msg.sample_rate} Hz; expected a positive rate", None
+    if not any_rate and msg.sample_rate != SAMPLE_RATE:
         return f"sample_rate {msg.sample_rate} Hz; expected {SAMPLE_RATE} Hz", None
     if msg.channels != 1:
         return f"{msg.channels} channels; expected mono", None

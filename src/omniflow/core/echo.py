@@ -1,0 +1,350 @@
+"""The robot's own voice taken out of the microphone stream (pure numpy, no ROS).
+
+Full duplex: the microphone keeps listening while the speaker plays, so it hears the robot.
+The speech node publishes every block it plays, stamped with the stream time its first sample
+goes out; :class:`EchoReference` keeps a bounded, stamp-aligned history of those blocks (zeros
+where nothing played). For each microphone chunk, :class:`EchoGate`:
+
+1. takes the reference from ``max_delay_ms`` before the chunk to its end and finds the delay at
+   which the reference best explains the chunk: the normalised cross-correlation over every
+   delay in ``[0, max_delay_ms]``, one FFT per chunk, averaged over recent chunks (the acoustic
+   path barely moves, while the user's voice is uncorrelated with the reference and averages
+   out) so one chunk of double talk cannot throw the estimate;
+2. fits the chunk with the reference at that delay (least squares over ``taps`` consecutive
+   samples: 1 is a scaled copy, a few more follow the first reflections) and removes the fit;
+3. reports ``echo_score``: the share of the chunk's energy the fit explains (0..1; NaN while
+   nothing played within ``max_delay_ms``) and ``echo``: true when the score reaches
+   ``suppress_score``. The residual (the chunk with the fitted echo removed) is what the
+   voice-activity detector and the recogniser should hear; an echo chunk is silenced entirely,
+   since the part of the echo the fit misses (the room's reverberation) is still the robot.
+
+Double talk passes because the user's voice is not explained by the reference: the score of a
+chunk with both stays well below that of echo alone, and its residual is the user.
+
+``benchmarks/echo.py`` compares this gate with Speex's adaptive canceller
+(``omniflow.engines.aec``) on speech echoes through synthetic rooms; see the "Echo" section of
+``benchmarks/README.md`` for why the gate is the default.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from omniflow.errors import AudioFormatError, ConfigError
+
+__all__ = ["EchoGate", "EchoReference", "EchoResult"]
+
+_NS_PER_S = 1_000_000_000
+# Reference quieter than this (mean square, int16 units; about -70 dBFS) counts as silence.
+_SILENT_POWER = 10.0
+# Weight of the newest chunk's correlation in the running average (about 20 chunks, 0.8 s).
+_CORR_FORGET = 0.9
+
+
+def _check_rate(sample_rate: int) -> int:
+    if isinstance(sample_rate, bool) or not isinstance(sample_rate, int) or sample_rate <= 0:
+        raise ConfigError(f"sample_rate must be a positive integer (Hz), got {sample_rate!r}")
+    return sample_rate
+
+
+class EchoReference:
+    """A bounded history of the played audio, addressed by stream time.
+
+    ``add`` takes a block and the stream time of its first sample; ``window`` returns the
+    samples of any span, with zeros where nothing played (the speech node publishes no
+    silence between phrases). Blocks older than ``history_ms`` before the newest block's end
+    are dropped, so memory is bounded whatever the stream does. A block stamped more than
+    ``history_ms`` before the newest one (a restarted clock, a looping bag) clears the history.
+    Not thread-safe: one writer and reader, or an external lock.
+    """
+
+    def __init__(self, history_ms: float = 2000.0, sample_rate: int = 16_000) -> None:
+        if not math.isfinite(history_ms) or history_ms <= 0:
+            raise ConfigError(f"history_ms must be a positive number of ms, not {history_ms}")
+        self.sample_rate = _check_rate(sample_rate)
+        self._history_ns = int(history_ms * 1_000_000)
+        self._blocks: deque[tuple[int, np.ndarray]] = deque()
+        self._newest_end_ns = 0
+
+    def __len__(self) -> int:
+        return len(self._blocks)
+
+    @property
+    def newest_end_ns(self) -> int:
+        """Stream time just after the newest played sample (0 when empty)."""
+        return self._newest_end_ns
+
+    def clear(self) -> None:
+        """Forget every block."""
+        self._blocks.clear()
+        self._newest_end_ns = 0
+
+    def _samples_ns(self, count: int) -> int:
+        return count * _NS_PER_S // self.sample_rate
+
+    def add(self, stamp_ns: int, samples: np.ndarray) -> None:
+        """Keep one played block (1-D int16 or float in int16 units) that started at
+        ``stamp_ns``. AudioFormatError for anything but a non-empty 1-D finite block."""
+        block = np.asarray(samples)
+        if block.ndim != 1 or block.size == 0:
+            raise AudioFormatError(
+                f"a reference block must be non-empty mono samples, got shape {block.shape}")
+        block = block.astype(np.float32)
+        if not np.all(np.isfinite(block)):
+            raise AudioFormatError("reference samples contain NaN or infinity")
+        if stamp_ns < self._newest_end_ns - self._history_ns:
+            self.clear()
+        end_ns = stamp_ns + self._samples_ns(len(block))
+        self._blocks.append((int(stamp_ns), block))
+        self._newest_end_ns = max(self._newest_end_ns, end_ns)
+        horizon = self._newest_end_ns - self._history_ns
+        while self._blocks and \
+                self._blocks[0][0] + self._samples_ns(len(self._blocks[0][1])) < horizon:
+            self._blocks.popleft()
+
+    def window(self, start_ns: int, count: int) -> np.ndarray:
+        """``count`` float32 samples from stream time ``start_ns``, zeros where nothing played."""
+        out = np.zeros(count, dtype=np.float32)
+        rate = self.sample_rate
+        for stamp_ns, block in self._blocks:
+            offset = round((stamp_ns - start_ns) * rate / _NS_PER_S)
+            lo, hi = max(offset, 0), min(offset + len(block), count)
+            if lo < hi:
+                out[lo:hi] = block[lo - offset:hi - offset]
+        return out
+
+
+@dataclass(frozen=True)
+class EchoResult:
+    """What the echo stage made of one microphone chunk."""
+
+    samples: np.ndarray   # int16: the chunk with the robot's voice removed
+    echo_score: float     # share of the chunk's energy the echo explains; NaN: no reference
+    echo: bool            # the chunk is the robot's voice (score >= the suppress score)
+    delay_ms: float       # delay of the reference in the microphone (NaN: not estimated)
+
+
+class EchoGate:
+    """Reference-correlation echo suppressor (see the module docstring).
+
+    ``suppress_score``: a chunk whose echo score reaches it is the robot's voice and is
+    silenced whole. ``max_delay_ms``: longest speaker-to-microphone delay searched (output
+    buffering included). ``reverb_ms``: how long the room keeps an echo audible after the
+    reference (the predicted echo includes the reference this far back, decaying).
+    ``over``: overestimation of the echo in the subtraction (more removes more echo and more
+    of the user's voice during double talk). Not thread-safe: one gate per microphone stream,
+    called from one thread.
+    """
+
+    def __init__(self, reference: EchoReference, *, suppress_score: float = 0.8,
+                 max_delay_ms: float = 300.0, reverb_ms: float = 320.0,
+                 over: float = 2.0, confirm: int = 1) -> None:
+        if not 0.0 < suppress_score <= 1.0:
+            raise ConfigError(f"suppress_score must be in (0, 1], not {suppress_score}")
+        if not math.isfinite(max_delay_ms) or not 0 <= max_delay_ms <= 2000:
+            raise ConfigError(f"max_delay_ms must be in [0, 2000] ms, not {max_delay_ms}")
+        if not math.isfinite(reverb_ms) or not 0 <= reverb_ms <= 2000:
+            raise ConfigError(f"reverb_ms must be in [0, 2000] ms, not {reverb_ms}")
+        if not math.isfinite(over) or not 0.5 <= over <= 10:
+            raise ConfigError(f"over must be in [0.5, 10], not {over}")
+        if isinstance(confirm, bool) or not isinstance(confirm, int) or not 1 <= confirm <= 10:
+            raise ConfigError(f"confirm must be an integer in [1, 10], not {confirm!r}")
+        self.confirm = confirm
+        self._clear_run = 0                    # chunks in a row below the suppress score
+        self.reference = reference
+        self.suppress_score = float(suppress_score)
+        self.over = float(over)
+        self._max_delay = round(max_delay_ms * reference.sample_rate / 1000)
+        self._reverb = round(reverb_ms * reference.sample_rate / 1000)
+        self._corr: np.ndarray | None = None   # running cross-correlation, by delay
+        self._ref_power: np.ndarray | None = None
+        self._mic_power = 0.0
+        self._fft_n = 0
+        self._gain: np.ndarray | None = None   # echo path power gain per band
+        self._learnt = 0                       # chunks the gain was learnt from
+        self._previous = np.zeros(0)           # the last 10 ms of the previous chunk
+        self._floor: float | None = None       # noise floor (mean square)
+        self._rng = np.random.default_rng(0)   # comfort noise
+
+    @property
+    def max_delay_ms(self) -> float:
+        return self._max_delay * 1000 / self.reference.sample_rate
+
+    def reset(self) -> None:
+        """Forget the delay and echo path estimates (a new stream or acoustic path)."""
+        self._corr = self._ref_power = self._gain = None
+        self._mic_power = 0.0
+        self._learnt = 0
+        self._previous = np.zeros(0)
+
+    def process(self, samples: np.ndarray, stamp_ns: int) -> EchoResult:
+        """Take the echo out of one int16 chunk whose first sample was captured at ``stamp_ns``."""
+        mic = np.asarray(samples)
+        if mic.ndim != 1 or mic.size == 0:
+            raise AudioFormatError(f"a microphone chunk must be non-empty mono, got {mic.shape}")
+        n, d = len(mic), self._max_delay
+        rate = self.reference.sample_rate
+        hop = _FRAME // 2
+        x = mic.astype(np.float64)
+        self._track_floor(float(np.mean(x * x)))
+        previous = self._previous if len(self._previous) == hop else np.zeros(hop)
+        self._previous = x[-hop:]
+        frames_back = self._reverb // hop      # reference frames that can still be heard
+        back = d + hop * (frames_back + 1)
+        ref = self.reference.window(stamp_ns - back * _NS_PER_S // rate, n + back)
+        if float(np.mean(ref * ref)) < _SILENT_POWER:
+            self._decay()
+            self._clear_run = self.confirm
+            return EchoResult(np.asarray(mic, dtype=np.int16), math.nan, False, math.nan)
+        ref = ref.astype(np.float64)
+        delay = self._delay(x, ref[back - d:])
+        fit = _fit_share(x, ref[back - delay:back - delay + n])
+        # Microphone frames (20 ms, 10 ms hop) over the chunk and the 10 ms before it, and the
+        # reference frames that reach them: direct (same offset, delayed) and up to
+        # ``reverb_ms`` older, as heard through a reverberant room.
+        mic_frames = _frames(np.concatenate([previous, x]))
+        count = len(mic_frames)
+        first = back - delay - hop
+        ref_frames = _frames(ref[first - frames_back * hop:first + count * hop + hop])
+        mic_bands = _bands(_power(mic_frames))
+        ref_bands = _bands(_power(ref_frames))
+        decay = _REVERB_DECAY ** np.arange(frames_back + 1)
+        heard = np.stack([
+            (decay[:, None] * ref_bands[frames_back + f - np.arange(frames_back + 1)]).sum(axis=0)
+            for f in range(count)])
+        mic_total, heard_total = mic_bands.sum(axis=0), heard.sum(axis=0)
+        self._learn(mic_total, heard_total, fit)
+        echo_bands = self._gain * heard_total
+        energy = float(mic_total.sum())
+        if energy <= 0.0:
+            return EchoResult(self._comfort(n), 1.0, True, delay * 1000 / rate)
+        score = float(min(echo_bands.sum() / energy, 1.0))
+        self._clear_run = 0 if score >= self.suppress_score else self._clear_run + 1
+        if self._clear_run < self.confirm:
+            return EchoResult(self._comfort(n), score, True, delay * 1000 / rate)
+        # Power subtraction per band, applied as a gain on the chunk's own spectrum.
+        keep = np.sqrt(np.clip(1.0 - self.over * echo_bands / (mic_total + 1e-9), 0.0, 1.0))
+        spectrum = np.fft.rfft(x)
+        cleaned = np.fft.irfft(spectrum * keep[_band_of_bin(len(spectrum))], n)
+        out = np.clip(np.round(cleaned), -32768, 32767).astype(np.int16)
+        return EchoResult(out, score, False, delay * 1000 / rate)
+
+    def _track_floor(self, power: float) -> None:
+        """Follow the microphone's noise floor: the lowest chunk power, rising slowly."""
+        if self._floor is None or power < self._floor:
+            self._floor = power
+        else:
+            self._floor *= _FLOOR_RISE
+
+    def _comfort(self, count: int) -> np.ndarray:
+        """Noise at the microphone's floor, in place of a chunk that was only echo: digital
+        silence would make the detector's noise model adapt to zero, and the real noise
+        that follows would then look like speech."""
+        level = math.sqrt(self._floor or 0.0)
+        noise = self._rng.standard_normal(count) * level
+        return np.clip(np.round(noise), -32768, 32767).astype(np.int16)
+
+    def _learn(self, mic_bands: np.ndarray, heard: np.ndarray, fit: float) -> None:
+        """Track the echo path's power gain per band from chunks the echo dominates: an
+        upper envelope (fast up, slow down), since an echo underestimated leaks through."""
+        if self._gain is None:
+            self._gain = np.full(_BANDS, _INITIAL_GAIN)
+        if fit < _LEARN_FIT or heard.sum() <= 0:
+            return
+        ratio = np.log((mic_bands + 1e-3) / (heard + 1e-3))
+        if not self._learnt:
+            log_gain = ratio
+        else:
+            log_gain = np.log(self._gain)
+            rate = np.where(ratio > log_gain, _LEARN_UP, _LEARN_DOWN)
+            log_gain = log_gain + rate * (ratio - log_gain)
+        self._gain = np.exp(log_gain)
+        self._learnt += 1
+
+    def _decay(self) -> None:
+        if self._corr is not None:
+            self._corr *= _CORR_FORGET
+            self._ref_power *= _CORR_FORGET
+            self._mic_power *= _CORR_FORGET
+
+    def _delay(self, x: np.ndarray, ref: np.ndarray) -> int:
+        """Samples of delay (0..max) at which ``ref`` (max + len(x) samples, ending with the
+        chunk) best matches ``x``, from the running normalised cross-correlation."""
+        n, d = len(x), self._max_delay
+        size = 1 << (n + d - 1).bit_length()
+        if size != self._fft_n:
+            self._fft_n, self._corr = size, None
+        # corr[k] = sum_i x[i] * ref[k + i]: offset k in the window is delay d - k.
+        spectrum = np.fft.rfft(ref, size) * np.conj(np.fft.rfft(x, size))
+        corr = np.fft.irfft(spectrum, size)[:d + 1]
+        cum = np.concatenate([[0.0], np.cumsum(ref * ref)])
+        ref_power = cum[n:n + d + 1] - cum[:d + 1]
+        mic_power = float(x @ x)
+        if self._corr is None:
+            self._corr, self._ref_power, self._mic_power = corr, ref_power, mic_power
+        else:
+            self._corr = _CORR_FORGET * self._corr + corr
+            self._ref_power = _CORR_FORGET * self._ref_power + ref_power
+            self._mic_power = _CORR_FORGET * self._mic_power + mic_power
+        ncc = np.abs(self._corr) / np.sqrt(self._ref_power * self._mic_power + 1e-9)
+        return d - int(np.argmax(ncc))
+
+
+def _fit_share(x: np.ndarray, ref: np.ndarray) -> float:
+    """Share of ``x``'s energy explained by the best-scaled ``ref`` (0..1)."""
+    rr, xx = float(ref @ ref), float(x @ x)
+    if rr <= 0 or xx <= 0:
+        return 0.0
+    return float((x @ ref) ** 2 / (rr * xx))
+
+
+# Frequency bands of the echo estimate: equal widths (a 40 ms chunk at 16 kHz: 400 Hz each).
+_BANDS = 20
+# Rise of the tracked noise floor per chunk (about 1 dB a second at 40 ms chunks).
+_FLOOR_RISE = 1.01
+# Analysis frames: 20 ms (at 16 kHz) with a Hann window, hop 10 ms.
+_FRAME = 320
+_WINDOW = np.hanning(_FRAME + 1)[:-1]
+# Power kept from the reference one hop (10 ms) further back: reverberation with an RT60 of
+# 0.45 s loses 1.3 dB per 10 ms (0.74 in power); the decay assumed is slower (safer).
+_REVERB_DECAY = 0.77
+# Echo path gain assumed before any is learnt: as loud as the played signal (0 dB).
+_INITIAL_GAIN = 1.0
+# The gain is learnt from chunks a scaled copy of the reference explains this well (echo
+# alone scores 0.5-0.9 through a room; double talk at equal levels about 0.2).
+_LEARN_FIT = 0.2
+# Learning rates of the gain (log domain, per chunk): up when the echo is louder than
+# predicted, down when quieter.
+_LEARN_UP = 0.5
+_LEARN_DOWN = 0.05
+
+
+def _frames(signal: np.ndarray) -> np.ndarray:
+    """Hann-windowed frames of :data:`_FRAME` samples every half frame."""
+    hop = _FRAME // 2
+    count = (len(signal) - _FRAME) // hop + 1
+    index = np.arange(_FRAME)[None, :] + hop * np.arange(count)[:, None]
+    return signal[index] * _WINDOW
+
+
+def _power(frames: np.ndarray) -> np.ndarray:
+    return np.abs(np.fft.rfft(frames, axis=-1)) ** 2
+
+
+def _band_edges(bins: int) -> np.ndarray:
+    """First rfft bin of each of the :data:`_BANDS` bands."""
+    return np.linspace(0, bins, _BANDS + 1).astype(np.int64)[:-1]
+
+
+def _bands(power: np.ndarray) -> np.ndarray:
+    """Band powers (last axis: rfft bins) summed into :data:`_BANDS` bands."""
+    return np.add.reduceat(power, _band_edges(power.shape[-1]), axis=-1)
+
+
+def _band_of_bin(bins: int) -> np.ndarray:
+    """The band of every rfft bin."""
+    return np.searchsorted(_band_edges(bins), np.arange(bins), side="right") - 1

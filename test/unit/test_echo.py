@@ -1,0 +1,195 @@
+"""The echo stage (omniflow.core.echo): the robot's own voice out, the user's voice through."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from omniflow.core.echo import EchoGate, EchoReference
+from omniflow.core.resample import resample_int16
+from omniflow.engines.vad import NS_PER_SAMPLE, make_vad
+from omniflow.errors import AudioFormatError, ConfigError
+
+RATE = 16_000
+CHUNK = 640
+BLOCK = 320          # the speech node's 20 ms blocks
+T0 = 5_000_000_000_000
+
+
+def espeak(text: str, voice: str, tmp_path: Path) -> np.ndarray:
+    wav = tmp_path / f"{voice}.wav"
+    subprocess.run(["espeak-ng", "-v", voice, "-w", str(wav), text], check=True)
+    data, rate = soundfile.read(wav, dtype="int16")
+    return resample_int16(data, rate, RATE)
+
+
+@pytest.fixture(scope="module")
+def voices(tmp_path_factory) -> tuple[np.ndarray, np.ndarray]:
+    """(the robot's speech, the user's speech): two espeak-ng voices."""
+    tmp = tmp_path_factory.mktemp("voices")
+    robot = espeak("The red box on the table is a parcel for the kitchen, and I can carry "
+                   "it there after charging.", "en-us", tmp)
+    user = espeak("Stop, what is that blue thing?", "en-gb-scotland", tmp)
+    return robot, user
+
+
+def room(played: np.ndarray, delay_ms: float, gain_db: float = -6.0, rt60: float = 0.25,
+         seed: int = 0) -> np.ndarray:
+    """The played signal as a microphone in a room hears it: delayed, attenuated,
+    reverberant."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(int(rt60 * RATE)) / RATE
+    tail = rng.standard_normal(len(t)) * 10 ** (-3 * t / rt60) * 0.08
+    tail[:48] = 0.0
+    tail[0] = 1.0
+    ir = np.concatenate([np.zeros(int(delay_ms * RATE / 1000)), tail])
+    ir *= 10 ** (gain_db / 20) / np.sqrt(np.sum(tail ** 2))
+    return np.convolve(played.astype(np.float64), ir)[:len(played)]
+
+
+def pcm(x: np.ndarray) -> np.ndarray:
+    return np.clip(np.round(x), -32768, 32767).astype(np.int16)
+
+
+def run(mic: np.ndarray, played: np.ndarray | None, **options):
+    """Feed ``mic`` chunk by chunk (the played blocks first, as the node does) through a gate
+    and the fusion node's VAD; return (gate results, VAD start times in s, gate)."""
+    reference = EchoReference(history_ms=2000)
+    gate = EchoGate(reference, **options)
+    vad = make_vad("webrtc", min_silence_ms=400.0)
+    results, starts = [], []
+    for i in range(len(mic) // CHUNK):
+        stamp = T0 + i * CHUNK * NS_PER_SAMPLE
+        if played is not None:
+            for j in range(i * CHUNK // BLOCK, (i + 1) * CHUNK // BLOCK):
+                block = played[j * BLOCK:(j + 1) * BLOCK]
+                if np.any(block):
+                    reference.add(T0 + j * BLOCK * NS_PER_SAMPLE, block)
+        result = gate.process(mic[i * CHUNK:(i + 1) * CHUNK], stamp)
+        results.append(result)
+        starts += [(e.stamp_ns - T0) / 1e9 for e in vad.process(result.samples, stamp)
+                   if e.kind == "start"]
+    return results, starts, gate
+
+
+def noise(length: int, seed: int = 1, dbfs: float = -55.0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(length) * 32768 * 10 ** (dbfs / 20)
+
+
+@pytest.mark.parametrize("delay_ms", [40, 120, 200])
+def test_the_robot_alone_starts_no_speech(voices, delay_ms):
+    robot, _ = voices
+    played = np.concatenate([robot, np.zeros(RATE, np.int16)])
+    mic = pcm(room(played, delay_ms) + noise(len(played)))
+    raw_starts = run(mic, None)[1]
+    results, starts, _ = run(mic, played)
+    assert raw_starts, "the echo alone must look like speech to the VAD (else the test is void)"
+    assert starts == []
+    scores = [r.echo_score for r in results if not math.isnan(r.echo_score)]
+    assert np.median(scores) > 0.9
+
+
+def test_the_user_alone_passes_unchanged_and_starts_speech(voices):
+    _, user = voices
+    mic = pcm(np.concatenate([np.zeros(RATE // 2), user, np.zeros(RATE)])
+              + noise(len(user) + 3 * RATE // 2))
+    results, starts, _ = run(mic, np.zeros(len(mic), np.int16))
+    assert all(math.isnan(r.echo_score) and not r.echo for r in results)
+    assert np.array_equal(np.concatenate([r.samples for r in results]),
+                          mic[:len(results) * CHUNK])
+    assert len(starts) == 1 and 0.4 < starts[0] < 0.9
+
+
+def test_no_reference_passes_every_chunk_unchanged():
+    mic = pcm(noise(10 * CHUNK, dbfs=-20))
+    results, _, _ = run(mic, None)
+    assert all(math.isnan(r.echo_score) and not r.echo and math.isnan(r.delay_ms)
+               for r in results)
+    assert np.array_equal(np.concatenate([r.samples for r in results]), mic)
+
+
+@pytest.mark.parametrize("user_db", [-3.0, 0.0, 6.0])
+def test_the_user_talking_over_the_robot_starts_speech(voices, user_db):
+    robot, user = voices
+    played = np.concatenate([robot, np.zeros(RATE, np.int16)])
+    echo = room(played, 120)
+    talk = np.zeros(len(played))
+    onset = int(1.5 * RATE)
+    level = np.sqrt(np.mean(echo[:len(robot)] ** 2)) / np.sqrt(np.mean(
+        user[np.abs(user) > 100].astype(np.float64) ** 2)) * 10 ** (user_db / 20)
+    talk[onset:onset + len(user)] = user[:len(played) - onset] * level
+    mic = pcm(echo + talk + noise(len(played)))
+    _, starts, _ = run(mic, played)
+    assert any(1.4 < s < 2.2 for s in starts), starts
+
+
+@pytest.mark.parametrize("delay_ms", [25, 90, 180, 260])
+def test_the_delay_estimate_finds_the_room_delay(voices, delay_ms):
+    robot, _ = voices
+    mic = pcm(room(robot, delay_ms) + noise(len(robot)))
+    results, _, _ = run(mic, robot)
+    delays = [r.delay_ms for r in results[-40:]]
+    assert abs(np.median(delays) - delay_ms) <= 2.0
+
+
+def test_delays_beyond_the_search_are_not_taken_for_the_room(voices):
+    robot, _ = voices
+    mic = pcm(room(robot, 250) + noise(len(robot)))
+    results, _, _ = run(mic, robot, max_delay_ms=100)
+    assert all(r.delay_ms <= 100 for r in results if not math.isnan(r.delay_ms))
+
+
+def test_reset_forgets_the_echo_path(voices):
+    robot, _ = voices
+    mic = pcm(room(robot, 100) + noise(len(robot)))
+    _, _, gate = run(mic, robot)
+    assert gate._gain is not None
+    gate.reset()
+    assert gate._gain is None and gate._corr is None
+
+
+@settings(max_examples=40, deadline=None)
+@given(blocks=st.lists(st.tuples(st.integers(0, 4000), st.integers(1, 400)), min_size=1,
+                       max_size=12),
+       start=st.integers(-1000, 4000), count=st.integers(1, 2000))
+def test_reference_window_places_each_block_at_its_stamp(blocks, start, count):
+    reference = EchoReference(history_ms=10_000)
+    expected = np.zeros(10_000, np.float32)
+    for offset, length in sorted(blocks):
+        values = np.arange(1, length + 1, dtype=np.float32) + offset
+        reference.add(T0 + offset * NS_PER_SAMPLE, values)
+        expected[offset:offset + length] = values
+    window = reference.window(T0 + start * NS_PER_SAMPLE, count)
+    full = np.concatenate([np.zeros(1000, np.float32), expected])
+    assert np.array_equal(window, full[start + 1000:start + 1000 + count])
+
+
+def test_reference_history_is_bounded_and_cleared_by_a_clock_jump_back():
+    reference = EchoReference(history_ms=100)
+    for i in range(100):
+        reference.add(T0 + i * BLOCK * NS_PER_SAMPLE, np.ones(BLOCK, np.int16))
+    assert len(reference) <= 7
+    reference.add(T0, np.ones(BLOCK, np.int16))
+    assert len(reference) == 1
+
+
+@pytest.mark.parametrize("bad, why", [(np.zeros((2, 2), np.int16), "mono"),
+                                      (np.zeros(0, np.int16), "mono"),
+                                      (np.array([np.nan], np.float32), "NaN")])
+def test_bad_reference_blocks_are_refused(bad, why):
+    with pytest.raises(AudioFormatError, match=why):
+        EchoReference().add(T0, bad)
+
+
+@pytest.mark.parametrize("option", [{"suppress_score": 0.0}, {"max_delay_ms": -1.0},
+                                    {"reverb_ms": 5000.0}, {"over": 0.1}, {"confirm": 0}])
+def test_bad_options_are_refused_naming_the_allowed_range(option):
+    with pytest.raises(ConfigError, match=next(iter(option))):
+        EchoGate(EchoReference(), **option)
