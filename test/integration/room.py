@@ -1,0 +1,90 @@
+"""A microphone in a room, for full-duplex tests: what the speaker plays comes back, delayed
+and attenuated, mixed with a recorded user when the test says so."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+import soundfile
+
+from omniflow.core.echo import EchoReference
+from omniflow.msg import AudioChunk
+from omniflow.ros import conversions
+from omniflow.ros.conversions import ns_from_time
+from omniflow.ros.qos import SENSOR_DATA
+
+HELLO = Path(__file__).parents[1] / "data" / "samples" / "hello.wav"  # speech 0.5-3.2 s
+RATE = 16_000
+CHUNK = 640
+CHUNK_NS = 40_000_000
+ROBOT_TEXT = ("The red box on the table is a parcel for the kitchen. I can carry it there "
+              "after I finish charging, or you can take it yourself right now.")
+
+
+class Room:
+    """A microphone in a room: every 40 ms (paced, continuous stamps) a chunk of what the
+    speaker played ``delay_ms`` earlier, attenuated, with one reflection, plus noise, plus
+    the user's recording once :meth:`user_speaks` was called."""
+
+    def __init__(self, node, namespace: str, delay_ms: float = 80.0, gain: float = 0.5):
+        self.node = node
+        self._pub = node.create_publisher(AudioChunk, f"{namespace}/audio", SENSOR_DATA)
+        self._played = EchoReference(history_ms=3000)
+        self._lock = threading.Lock()
+        node.create_subscription(AudioChunk, f"{namespace}/played_audio", self._on_played,
+                                 SENSOR_DATA)
+        self._delay_ns = int(delay_ms * 1e6)
+        self._gain = gain
+        self._rng = np.random.default_rng(0)
+        user, rate = soundfile.read(HELLO, dtype="int16")
+        assert rate == RATE
+        self._user = user.astype(np.float64) * 0.8
+        self._user_start_ns: int | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.first_stamp_ns = 0
+
+    def _on_played(self, msg: AudioChunk) -> None:
+        assert msg.sample_rate == RATE
+        with self._lock:
+            self._played.add(ns_from_time(msg.header.stamp), conversions.audio_samples(msg)[:, 0])
+
+    def user_speaks(self, at_ns: int) -> None:
+        """The user's recording starts at stream time ``at_ns``."""
+        self._user_start_ns = at_ns
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def _chunk(self, stamp_ns: int) -> np.ndarray:
+        with self._lock:
+            direct = self._played.window(stamp_ns - self._delay_ns, CHUNK)
+            reflection = self._played.window(stamp_ns - self._delay_ns - 15_000_000, CHUNK)
+        x = self._gain * (direct + 0.4 * reflection)
+        x += self._rng.standard_normal(CHUNK) * 30.0
+        if self._user_start_ns is not None:
+            offset = (stamp_ns - self._user_start_ns) * RATE // 1_000_000_000
+            lo, hi = max(offset, 0), min(offset + CHUNK, len(self._user))
+            if lo < hi:
+                x[lo - offset:hi - offset] += self._user[lo:hi]
+        return np.clip(np.round(x), -32768, 32767).astype(np.int16)
+
+    def _run(self) -> None:
+        clock = self.node.get_clock()
+        stamp = clock.now().nanoseconds
+        self.first_stamp_ns = stamp
+        while not self._stop.is_set():
+            # A real microphone sends a chunk once its last sample is in.
+            wait_s = (stamp + CHUNK_NS - clock.now().nanoseconds) / 1e9
+            if wait_s > 0 and self._stop.wait(wait_s):
+                return
+            self._pub.publish(conversions.audio_chunk(
+                self._chunk(stamp), stamp_ns=stamp, frame_id="microphone", sample_rate=RATE,
+                sequence=(stamp - self.first_stamp_ns) // CHUNK_NS))
+            stamp += CHUNK_NS
