@@ -41,6 +41,12 @@ class Room:
         user, rate = soundfile.read(HELLO, dtype="int16")
         assert rate == RATE
         self._user = user.astype(np.float64) * 0.8
+        frames = self._user[: len(self._user) // 160 * 160].reshape(-1, 160)
+        power = (frames ** 2).mean(axis=1)
+        #: Where the voice starts in the recording: the first 10 ms frame within 35 dB of
+        #: the loudest (the earliest sign of voice), in nanoseconds.
+        self.user_onset_ns = int(np.flatnonzero(power > power.max() * 10 ** -3.5)[0]) \
+            * 160 * 1_000_000_000 // RATE
         self._user_start_ns: int | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
