@@ -166,6 +166,16 @@ def test_over_temperature_throttles_and_recovers(ros_node, start_node, namespace
         time.sleep(0.2)
     assert manager.running
 
+    # A cap does not outlive the node: stopped while hot, it lifts the cap on its way out.
+    temp.write_text("90000\n")
+    wait_mode(states, PowerState.THERMAL_LIMIT, "THERMAL_LIMIT at 90 °C")
+    deadline = time.monotonic() + TIMEOUT_S
+    while (cpufreq / "scaling_max_freq").read_text().strip() != "1440000":
+        assert time.monotonic() < deadline, "the frequency cap was not written again"
+        time.sleep(0.2)
+    assert manager.stop() == 0
+    assert (cpufreq / "scaling_max_freq").read_text().strip() == "2400000"
+
 
 @pytest.fixture
 def mute_node(namespace):

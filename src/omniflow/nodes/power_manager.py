@@ -489,6 +489,18 @@ class PowerManagerNode(Node):
             self._cpu_advice = ""
             self.get_logger().info(f"CPU: {', '.join(advice)}")
 
+    def release(self) -> None:
+        """Lift a frequency cap this node wrote (at exit: a capped CPU must not outlive the
+        node that watches its temperature)."""
+        if self._cpu_applied is None or self._cpu_applied[1] >= 1.0 or \
+                self.params["cpu.control"] != "auto":
+            return
+        telemetry.write_cpufreq(
+            self.params["sysfs_root"], "scaling_max_freq",
+            lambda cpu: str(int(cpu.hardware_max_khz)) if not math.isnan(cpu.hardware_max_khz)
+            else str(int(cpu.max_khz)))
+        self._cpu_applied = None
+
     # ----------------------------------------------------------------- outputs
     def _publish(self) -> None:
         decision, settings, t = self._decision, self._plan, self._telemetry
@@ -540,6 +552,7 @@ def main(args: list[str] | None = None) -> int:
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     finally:
+        node.release()
         node.destroy_node()
         rclpy.try_shutdown()
     return 0
