@@ -32,7 +32,7 @@ from omniflow.errors import ConfigError, RemoteCallError
 from omniflow.msg import DialogueState, PowerState, VoiceActivity
 from omniflow.ros.conversions import header
 from omniflow.ros.params import declare_parameters, parameter_values
-from omniflow.ros.qos import EVENTS, LATCHED
+from omniflow.ros.qos import LATCHED, SENSOR_DATA
 
 _MODES = ("active", "listen", "idle", "sleep", "thermal")
 _MODE_KEYS = dict(zip(_MODES, (Mode.ACTIVE, Mode.LISTEN, Mode.IDLE, Mode.SLEEP,
@@ -209,6 +209,8 @@ class _Remote:
         elif value != self.confirmed:
             self.node.get_logger().info(f"{self.what}: {value}")
         self.confirmed, self.confirmed_at, self.error = value, time.monotonic(), ""
+        if self.wanted != value:  # changed while the call was in flight: at once, not later
+            self.start(self.confirmed_at)
 
     def fail(self, error: RemoteCallError) -> None:
         self.failures += 1
@@ -306,8 +308,9 @@ class PowerManagerNode(Node):
             ``dialogue_state`` (omniflow/msg/DialogueState, latched): anything but LISTENING
             is conversation; leaving LISTENING wakes to ACTIVE at once (not at the next
             period).
-            ``voice_activity`` (omniflow/msg/VoiceActivity, reliable): START/ONGOING count
-            as interaction (wakes even if the dialogue node is asleep).
+            ``voice_activity`` (omniflow/msg/VoiceActivity, best effort: matches either
+            kind of publisher): START/ONGOING count as interaction (wakes even if the
+            dialogue node is asleep).
         publishes:
             ``power_state`` (omniflow/msg/PowerState, latched): the mode, why, the readings,
             the camera rate asked for; every period.
@@ -355,7 +358,8 @@ class PowerManagerNode(Node):
         self._state_pub = self.create_publisher(PowerState, "power_state", LATCHED)
         self._diagnostics = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self.create_subscription(DialogueState, "dialogue_state", self._on_dialogue, LATCHED)
-        self.create_subscription(VoiceActivity, "voice_activity", self._on_voice, EVENTS)
+        # Best effort matches a voice-activity publisher of either reliability.
+        self.create_subscription(VoiceActivity, "voice_activity", self._on_voice, SENSOR_DATA)
         self._reader.sample(time.monotonic())  # CPU load needs a previous sample
         self.create_timer(self.params["period_s"], self._tick)
         self.get_logger().info(
