@@ -18,9 +18,9 @@ from diagnostic_msgs.msg import DiagnosticArray
 from lifecycle_msgs.msg import State
 from rcl_interfaces.srv import SetParameters
 
-from omniflow.msg import DialogueState, PowerState
+from omniflow.msg import DialogueState, PowerState, VoiceActivity
 from omniflow.ros.monitor import TopicRecorder, spinning, wait_for_publishers
-from omniflow.ros.qos import LATCHED
+from omniflow.ros.qos import EVENTS, LATCHED
 from ros_helpers import get_parameter, lifecycle_state, topic
 
 MODULE = "omniflow.nodes.power_manager"
@@ -110,6 +110,15 @@ def test_camera_rate_follows_the_conversation(ros_node, start_node, namespace):
     publish(DialogueState.LISTENING)  # after the hold: LISTEN, then IDLE again
     wait_mode(states, PowerState.IDLE, "IDLE again once the conversation is over")
     wait_parameter(ros_node, camera, "fps", 10.0)
+
+    # The user's voice alone (fusion's voice activity, one event per slice) wakes it too.
+    voice = ros_node.create_publisher(VoiceActivity, f"{namespace}/voice_activity", EVENTS)
+    deadline = time.monotonic() + TIMEOUT_S
+    while states.messages[-1].mode != PowerState.ACTIVE:
+        assert time.monotonic() < deadline, "voice activity did not wake the robot"
+        voice.publish(VoiceActivity(event=VoiceActivity.ONGOING, utterance_id=1))
+        time.sleep(0.2)
+    wait_parameter(ros_node, camera, "fps", 30.0)
     assert manager.running and camera.running
 
 
