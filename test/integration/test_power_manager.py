@@ -21,7 +21,7 @@ from rcl_interfaces.srv import SetParameters
 from omniflow.msg import DialogueState, PowerState, VoiceActivity
 from omniflow.ros.monitor import TopicRecorder, spinning, wait_for_publishers
 from omniflow.ros.qos import EVENTS, LATCHED
-from ros_helpers import get_parameter, lifecycle_state, topic
+from ros_helpers import get_parameter, lifecycle_state, set_parameters, topic
 
 MODULE = "omniflow.nodes.power_manager"
 CAMERA_MODULE = "omniflow.nodes.camera"
@@ -252,3 +252,18 @@ def test_llm_lifecycle_follows_the_conversation(ros_node, start_node, namespace)
     wait_state(ros_node, llm, State.PRIMARY_STATE_ACTIVE)
     assert manager.running and llm.running
     assert "dialogue lifecycle: False" in manager.output()
+
+
+def test_inconsistent_parameters_are_refused_at_start_up_and_at_run_time(ros_node, start_node):
+    bad = start_node(MODULE, "power_manager", {**FAST, "model.idle_w": 3.0, "model.max_w": 2.0})
+    assert bad.wait(timeout=30) == 2
+    assert "model.max_w (2.0 W) is below model.idle_w (3.0 W)" in bad.output()
+
+    manager = start_node(MODULE, "power_manager", FAST)
+    result, = set_parameters(ros_node, manager, **{"policy.sleep_after_s": 1.0})
+    assert not result.successful and "SLEEP comes after IDLE" in result.reason
+    unknown_mode, = set_parameters(ros_node, manager, **{"cpu.control": "turbo"})
+    assert not unknown_mode.successful and "auto, advise, off" in unknown_mode.reason
+    good, = set_parameters(ros_node, manager, **{"camera.fps_idle": 5.0})
+    assert good.successful
+    assert get_parameter(ros_node, manager, "camera.fps_idle") == 5.0

@@ -127,10 +127,28 @@ LLM_THREADS_PARAM = "llm.threads"
 _REASSERT_S = 30.0
 # Failures of one target are logged at most this often (each is counted).
 _LOG_THROTTLE_S = 10.0
+# Failures this soon after start are counted but not logged: nodes launched together take a
+# moment to discover each other's services.
+_STARTUP_GRACE_S = 5.0
 
 _STATE_NAMES = {State.PRIMARY_STATE_UNCONFIGURED: "unconfigured",
                 State.PRIMARY_STATE_INACTIVE: "inactive", State.PRIMARY_STATE_ACTIVE: "active",
                 State.PRIMARY_STATE_FINALIZED: "finalized"}
+
+
+def _check(params: dict[str, object]) -> str | None:
+    """What is wrong between parameters (each one alone is checked by its spec)."""
+    if params["model.max_w"] < params["model.idle_w"]:
+        return (f"model.max_w ({params['model.max_w']} W) is below model.idle_w "
+                f"({params['model.idle_w']} W): the board cannot draw less when busy")
+    if params["policy.sleep_after_s"] < params["policy.idle_after_s"]:
+        return (f"policy.sleep_after_s ({params['policy.sleep_after_s']} s) is below "
+                f"policy.idle_after_s ({params['policy.idle_after_s']} s): SLEEP comes after "
+                "IDLE")
+    if params["budget.peak_w"] < params["budget.sustained_w"]:
+        return (f"budget.peak_w ({params['budget.peak_w']} W) is below budget.sustained_w "
+                f"({params['budget.sustained_w']} W)")
+    return None
 
 
 class _Remote:
@@ -216,7 +234,8 @@ class _Remote:
         self.failures += 1
         self.error = str(error)
         now = time.monotonic()
-        if now - self._last_log >= _LOG_THROTTLE_S:
+        if now - self.node.started >= _STARTUP_GRACE_S and \
+                now - self._last_log >= _LOG_THROTTLE_S:
             self._last_log = now
             self.node.get_logger().warning(
                 f"{self.what} -> {self.wanted}: {error}; retrying every period "
@@ -332,8 +351,12 @@ class PowerManagerNode(Node):
 
     def __init__(self, *, reader: telemetry.TelemetryReader | None = None, **kwargs) -> None:
         super().__init__("power_manager", **kwargs)
+        self.started = time.monotonic()
         declare_parameters(self, PARAMS, apply=self._on_parameters)
         self.params = parameter_values(self, PARAMS)
+        problem = _check(self.params)
+        if problem:
+            raise ConfigError(problem)
         self._reader = reader or telemetry.TelemetryReader(
             self.params["sysfs_root"], self._power_model())
         self._policy = PowerPolicy(self._policy_config())
@@ -394,9 +417,9 @@ class PowerManagerNode(Node):
             thermal_max_freq_ratio=p["cpu.thermal_max_freq_ratio"])
 
     def _on_parameters(self, changes: dict[str, object]) -> str | None:
-        candidate = {**self.params, **changes}
-        if candidate["model.max_w"] < candidate["model.idle_w"]:
-            return "model.max_w must be at least model.idle_w"
+        problem = _check({**self.params, **changes})
+        if problem:
+            return problem
         self.params.update(changes)
         self._policy.config = self._policy_config()
         self._actions = self._action_config()
