@@ -134,6 +134,9 @@ _STARTUP_GRACE_S = 5.0
 _STATE_NAMES = {State.PRIMARY_STATE_UNCONFIGURED: "unconfigured",
                 State.PRIMARY_STATE_INACTIVE: "inactive", State.PRIMARY_STATE_ACTIVE: "active",
                 State.PRIMARY_STATE_FINALIZED: "finalized"}
+_TRANSITION_NAMES = {Transition.TRANSITION_CONFIGURE: "configure",
+                     Transition.TRANSITION_ACTIVATE: "activate",
+                     Transition.TRANSITION_DEACTIVATE: "deactivate"}
 
 
 def _check(params: dict[str, object]) -> str | None:
@@ -298,19 +301,17 @@ class _RemoteLifecycle(_Remote):
             transition = Transition.TRANSITION_DEACTIVATE
         else:
             transition = None
-        if transition is None:
-            if not self.wanted and state != State.PRIMARY_STATE_ACTIVE:
-                self.succeed(self.wanted)
-            else:
-                self.fail(RemoteCallError(
-                    f"{self._get.srv_name}: cannot reach 'active' from state "
-                    f"{_STATE_NAMES.get(state, state)}"))
+        if transition is None:  # e.g. finalized, or in a transition
+            wanted = "active" if self.wanted else "inactive"
+            self.fail(RemoteCallError(f"{self._get.srv_name}: cannot reach '{wanted}' from "
+                                      f"state {_STATE_NAMES.get(state, state)}"))
             return
 
         def changed(result) -> None:
             if not result.success:
-                self.fail(RemoteCallError(f"{self._change.srv_name}: transition {transition} "
-                                          "failed (see the node's log)"))
+                self.fail(RemoteCallError(
+                    f"{self._change.srv_name}: {_TRANSITION_NAMES[transition]} failed (the "
+                    "node's log says why)"))
                 return
             self.start(time.monotonic())  # next step, or confirmation
         self.call(self._change, ChangeState.Request(transition=Transition(id=transition)),
@@ -432,27 +433,28 @@ class PowerManagerNode(Node):
         woke = self._dialogue in (None, DialogueState.LISTENING) and \
             msg.state != DialogueState.LISTENING
         self._dialogue = msg.state
-        if woke:
-            self._decide()  # at once, not at the next period
+        if woke and self._decide():  # at once, not at the next period
+            self._publish()
 
     def _on_voice(self, msg: VoiceActivity) -> None:
         if msg.event in (VoiceActivity.START, VoiceActivity.ONGOING):
             first = not self._voice_heard
             self._voice_heard = True
-            if first:
-                self._decide()
+            if first and self._decide():
+                self._publish()
 
     # ----------------------------------------------------------------- the period
     def _tick(self) -> None:
         try:
             self._telemetry = self._reader.sample(time.monotonic())
-        except OSError as err:  # a reader that fails must not stop the policy
+        except (OSError, ValueError) as err:  # a failing reader must not stop the policy
             self.get_logger().error(f"telemetry failed: {err}", throttle_duration_sec=10.0)
         self._decide()
         self._voice_heard = False
         self._publish()
 
-    def _decide(self) -> None:
+    def _decide(self) -> bool:
+        """Run the policy and apply its plan; True when the mode changed."""
         t = self._telemetry
         conversation = None
         if self._dialogue is not None:
@@ -469,8 +471,7 @@ class PowerManagerNode(Node):
         self._decision = decision
         self._plan = plan(decision, self._actions)
         self._apply(self._plan)
-        if decision.changed:
-            self._publish()
+        return decision.changed
 
     def _apply(self, settings: Plan) -> None:
         wanted = {"camera_fps": settings.camera_fps, "vision_rate": settings.vision_rate_hz,
