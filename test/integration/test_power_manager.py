@@ -100,6 +100,8 @@ def test_camera_rate_follows_the_conversation(ros_node, start_node, namespace):
     # LISTEN first (15 fps), IDLE after policy.idle_after_s without interaction.
     idle = wait_mode(states, PowerState.IDLE, "IDLE after the idle timeout")
     assert idle.camera_fps == 10.0 and "quiet" in idle.reason
+    # Real /sys and /proc here: a load, and a power (measured or, without a sensor, modelled).
+    assert 0.0 <= idle.cpu_load <= 1.0 and idle.power_w > 0.0
     wait_parameter(ros_node, camera, "fps", 10.0)
 
     publish(DialogueState.USER_SPEAKING)
