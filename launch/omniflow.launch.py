@@ -1,4 +1,4 @@
-"""Launch the omniflow nodes (audio capture, camera, fusion, speech) on a robot.
+"""Launch the omniflow nodes (audio capture, camera, fusion, speech, power manager) on a robot.
 
     ros2 launch omniflow omniflow.launch.py params_file:=/path/to/my.yaml namespace:=robot1
 

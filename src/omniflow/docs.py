@@ -35,13 +35,14 @@ def parameter_table(specs: tuple[ParamSpec, ...]) -> str:
 
 def node_tables() -> dict[str, str]:
     """The parameter table of every node, by node name."""
-    from omniflow.nodes import audio_capture, camera, dialogue, fusion, speech
+    from omniflow.nodes import audio_capture, camera, dialogue, fusion, power_manager, speech
     from omniflow.ros.device_node import COMMON_PARAMS
     return {"audio_capture": parameter_table(audio_capture.PARAMS),
             "camera": parameter_table(camera.PARAMS),
             "speech": parameter_table(speech.PARAMS),
             "fusion": parameter_table(fusion.PARAMS),
             "dialogue": parameter_table(dialogue.PARAMS),
+            "power_manager": parameter_table(power_manager.PARAMS),
             "common": parameter_table(COMMON_PARAMS)}
 
 

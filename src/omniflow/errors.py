@@ -40,3 +40,8 @@ class SinkError(OmniflowError):
 
 class DeviceNotFoundError(SourceError, SinkError):
     """The requested input or output device does not exist; the message lists those that do."""
+
+
+class RemoteCallError(OmniflowError):
+    """A call to another node (a parameter or lifecycle service) timed out, was not
+    available, or was refused; the message names the node, the call and the reason."""

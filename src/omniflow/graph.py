@@ -12,7 +12,7 @@ from omniflow.launcher import NodeSpec
 # Capture nodes own a device: launch files respawn them when they die.
 CAPTURE_NODES = ("audio_capture", "camera")
 # Every node of the graph so far, in launch order.
-GRAPH_NODES = (*CAPTURE_NODES, "fusion", "speech")
+GRAPH_NODES = (*CAPTURE_NODES, "fusion", "dialogue", "speech", "power_manager")
 
 # The Fast DDS profile for processes that publish camera frames (config/fastdds/): a 16 MiB
 # shared-memory segment instead of 512 KiB, so a full-HD frame crosses processes in ~9 ms

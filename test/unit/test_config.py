@@ -9,14 +9,16 @@ import pytest
 import yaml
 
 from omniflow.graph import CAPTURE_NODES, GRAPH_NODES, graph_nodes, sample_overrides
-from omniflow.nodes import audio_capture, camera, fusion, speech
+from omniflow.nodes import audio_capture, camera, dialogue, fusion, power_manager, speech
 from omniflow.ros.device_node import COMMON_PARAMS
 
 ROOT = Path(__file__).parents[2]
 SPECS = {"audio_capture": audio_capture.PARAMS + COMMON_PARAMS,
          "camera": camera.PARAMS + COMMON_PARAMS,
          "speech": speech.PARAMS + COMMON_PARAMS,
-         "fusion": fusion.PARAMS}
+         "fusion": fusion.PARAMS,
+         "dialogue": dialogue.PARAMS,
+         "power_manager": power_manager.PARAMS}
 
 
 def profile_entries():
@@ -78,6 +80,6 @@ def test_the_camera_gets_the_large_frames_dds_profile_unless_one_is_set(monkeypa
     env = frame_publisher_env("/opt/share/omniflow")
     assert env == {DDS_PROFILE_VARIABLE: "/opt/share/omniflow/config/fastdds/large_frames.xml"}
     specs = graph_nodes(camera_env=env)
-    assert [spec.env for spec in specs] == [{}, env, {}, {}]
+    assert [spec.env for spec in specs] == [{}, env, {}, {}, {}, {}]
     monkeypatch.setenv(DDS_PROFILE_VARIABLE, "/mine.xml")
     assert frame_publisher_env("/opt/share/omniflow") == {}
