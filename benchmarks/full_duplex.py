@@ -69,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import rclpy
     from rclpy.action import ActionClient
+    from room import Room
     from std_msgs.msg import String
 
     from omniflow.action import Converse
@@ -77,7 +78,6 @@ def main(argv: list[str] | None = None) -> int:
     from omniflow.ros.conversions import ns_from_time
     from omniflow.ros.monitor import TopicRecorder, spinning, wait_for_publishers
     from omniflow.ros.qos import EVENTS, LATCHED, SENSOR_DATA
-    from room import Room
 
     ns = f"/duplex{uuid.uuid4().hex[:6]}"
     processes = [
