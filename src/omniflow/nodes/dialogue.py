@@ -13,10 +13,12 @@ from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
 from rclpy.executors import MultiThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
+from sensor_msgs.msg import Image
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
 from omniflow.action import Converse
+from omniflow.core import image_codec
 from omniflow.core.dialogue import (
     Busy,
     Cancel,
@@ -32,7 +34,7 @@ from omniflow.core.params import ParamSpec
 from omniflow.core.proactive import ProactivePolicy
 from omniflow.core.prompt import Prompt, Turn
 from omniflow.engines.llm import LLM_PARAMS, LlmBackend, make_backend
-from omniflow.errors import ConfigError, EngineError
+from omniflow.errors import ConfigError, EngineError, ImageFormatError
 from omniflow.msg import (
     Association,
     DialogueState,
@@ -46,7 +48,7 @@ from omniflow.msg import (
 from omniflow.ros import conversions
 from omniflow.ros.device_node import run_node
 from omniflow.ros.params import declare_parameters, parameter_values
-from omniflow.ros.qos import EVENTS, LATCHED
+from omniflow.ros.qos import EVENTS, LATCHED, SENSOR_DATA
 
 _NS_PER_S = 1_000_000_000
 _MS = 1_000_000
@@ -97,6 +99,11 @@ _ASSOCIATIONS = 32
 _SCENES = 64
 # An association belongs to an utterance when its trigger is this close to the speech start.
 _TRIGGER_MATCH_NS = 200 * _MS
+# Camera frames kept for multimodal models (about 3 s at 15 frames/s), and how many of the
+# chosen ones go to the model; a frame matches a chosen token within this distance.
+_FRAMES = 48
+_MAX_IMAGES = 2
+_FRAME_MATCH_NS = 50 * _MS
 _TICK_S = 0.05
 _JOIN_TIMEOUT_S = 5.0
 _THROTTLE_S = 5.0
@@ -158,6 +165,9 @@ class DialogueNode(LifecycleNode):
             ``associations`` (omniflow/msg/Association) and ``scene`` (omniflow/msg/Scene):
             what the camera saw, described to the model.
             ``speech_state`` (omniflow/msg/SpeechState, latched): when playback ends.
+            ``image_raw`` (sensor_msgs/Image, sensor-data QoS), only with a model that sees
+            images (``minicpmv``, or ``remote`` with ``llm.remote.images``): the frames the
+            association chose go to the model.
             ``power_state`` (omniflow/msg/PowerState, latched): facts for proactive rules.
         publishes:
             ``response`` (omniflow/msg/ResponseChunk, reliable, keep last 50): the answer as it
@@ -203,6 +213,8 @@ class DialogueNode(LifecycleNode):
         self._utterance_start: dict[int, int] = {}   # utterance id -> start stamp (ns)
         self._associations: deque[Association] = deque(maxlen=_ASSOCIATIONS)
         self._scenes: deque[Scene] = deque(maxlen=_SCENES)
+        self._frames: deque[tuple[int, Image]] = deque(maxlen=_FRAMES)
+        self._image_sub = None
         self._power: PowerState | None = None
         self._last_turn_end = time.monotonic()
         self._jobs: deque[_Job] = deque()
@@ -212,7 +224,7 @@ class DialogueNode(LifecycleNode):
         self._stop = threading.Event()
         self._worker: threading.Thread | None = None
 
-        inputs = MutuallyExclusiveCallbackGroup()
+        inputs = self._inputs = MutuallyExclusiveCallbackGroup()
         self._response_pub = self.create_publisher(ResponseChunk, "response", EVENTS)
         self._state_pub = self.create_publisher(DialogueState, "dialogue_state", LATCHED)
         self._user_said_pub = self.create_publisher(Transcript, "user_said", EVENTS)
@@ -288,6 +300,9 @@ class DialogueNode(LifecycleNode):
             self._publish_status()
             return TransitionCallbackReturn.FAILURE
         self._backend = backend
+        if self._wants_images():  # frames cost a copy each: only for a model that sees them
+            self._image_sub = self.create_subscription(
+                Image, "image_raw", self._on_image, SENSOR_DATA, callback_group=self._inputs)
         self._state_text = "configured"
         self.get_logger().info(f"model loaded ({backend.name}) in "
                                f"{time.monotonic() - started:.1f} s")
@@ -340,6 +355,11 @@ class DialogueNode(LifecycleNode):
         backend, self._backend = self._backend, None
         if backend is not None:
             backend.close()
+        if self._image_sub is not None:
+            self.destroy_subscription(self._image_sub)
+            self._image_sub = None
+        with self._lock:
+            self._frames.clear()
         self._state_text = "unconfigured"
 
     def _stop_worker(self) -> None:
@@ -395,6 +415,15 @@ class DialogueNode(LifecycleNode):
         with self._lock:
             self._scenes.append(msg)
             self._policy.observe_person(msg.person_present)
+
+    def _on_image(self, msg: Image) -> None:
+        with self._lock:
+            self._frames.append((conversions.ns_from_time(msg.header.stamp), msg))
+
+    def _wants_images(self) -> bool:
+        p = self.params
+        return p["llm.backend"] == "minicpmv" or \
+            (p["llm.backend"] == "remote" and p["llm.remote.images"])
 
     def _on_speech(self, msg: SpeechState) -> None:
         with self._lock:
@@ -463,9 +492,10 @@ class DialogueNode(LifecycleNode):
         goal = self._goals.get(start.turn_id)
         if goal is not None and goal.goal_handle is not None:
             use_vision = goal.goal_handle.request.use_vision
-        scene = self._scene_text(start.utterance_id) if use_vision else ""
+        scene, stamps = self._scene(start.utterance_id) if use_vision else ("", [])
+        images = self._images(stamps) if use_vision and self._image_sub is not None else ()
         prompt = Prompt(system=self.params["llm.system_prompt"], scene=scene,
-                        history=tuple(self._history), user=start.user_text)
+                        history=tuple(self._history), user=start.user_text, images=images)
         cancel = threading.Event()
         self._cancels[start.turn_id] = cancel
         self._jobs.append(_Job(start.turn_id, prompt, cancel, turn_start_ns))
@@ -507,24 +537,43 @@ class DialogueNode(LifecycleNode):
             goal.done.set()
 
     # ----------------------------------------------------------------- context
-    def _scene_text(self, utterance_id: int) -> str:
-        """Words for what the camera saw: the frames the association chose for this
-        utterance, else the newest scene when it is recent enough."""
+    def _scene(self, utterance_id: int) -> tuple[str, list[int]]:
+        """Words for what the camera saw and the stamps of the frames meant: the vision
+        tokens the association chose for this utterance, else the newest scene when it is
+        recent enough."""
         start_ns = self._utterance_start.get(utterance_id)
         if start_ns is not None:
             best = min(self._associations, default=None, key=lambda a: abs(
                 conversions.ns_from_time(a.trigger.stamp) - start_ns))
             if best is not None and abs(conversions.ns_from_time(best.trigger.stamp)
                                         - start_ns) <= _TRIGGER_MATCH_NS:
-                chosen = [c.summary for c in best.candidates if c.chosen and c.summary]
+                chosen = [c for c in best.candidates if c.chosen]
                 if chosen:
-                    return "; ".join(dict.fromkeys(chosen))
+                    text = "; ".join(dict.fromkeys(c.summary for c in chosen if c.summary))
+                    return text, [conversions.ns_from_time(c.stamp) for c in chosen]
         if self._scenes:
             newest = self._scenes[-1]
-            age_ns = self.now_ns() - conversions.ns_from_time(newest.header.stamp)
-            if age_ns <= self.params["vision.max_age_ms"] * _MS:
-                return newest.description
-        return ""
+            stamp_ns = conversions.ns_from_time(newest.header.stamp)
+            if self.now_ns() - stamp_ns <= self.params["vision.max_age_ms"] * _MS:
+                return newest.description, [stamp_ns]
+        return "", []
+
+    def _images(self, stamps: list[int]) -> tuple:
+        """RGB frames nearest the chosen stamps (at most ``_MAX_IMAGES``); a frame that does
+        not decode is skipped with a warning."""
+        images = []
+        for stamp_ns in stamps[:_MAX_IMAGES]:
+            near = min(self._frames, default=None, key=lambda f: abs(f[0] - stamp_ns))
+            if near is None or abs(near[0] - stamp_ns) > _FRAME_MATCH_NS:
+                continue
+            msg = near[1]
+            try:
+                images.append(image_codec.convert(conversions.image_pixels(msg), msg.encoding,
+                                                  "rgb8"))
+            except ImageFormatError as err:
+                self.get_logger().warning(f"a chosen frame was not used: {err}",
+                                          throttle_duration_sec=_THROTTLE_S)
+        return tuple(images)
 
     def _transcript_of(self, text: str) -> Transcript:
         stamp = conversions.time_from_ns(self.now_ns())
