@@ -166,6 +166,7 @@ def test_pocketsphinx_has_the_same_non_blocking_path(noisy: dict[str, np.ndarray
 
 
 def test_silence_gives_empty_text_without_decoding(whisper: WhisperRecognizer) -> None:
+    assert whisper.wait_idle(60)
     decodes = whisper.stats.decodes
     whisper.start(0)
     assert whisper.feed(np.zeros(16_000, dtype=np.int16)) is None

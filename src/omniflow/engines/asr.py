@@ -375,6 +375,9 @@ class _Worker:
             with self.cond:
                 job.done = True
                 self.running = None
+                if job.utterance == 0:  # the warm-up: not counted, never a partial
+                    self.cond.notify_all()
+                    continue
                 self.latest = job
                 self.stats.decodes += 1
                 self.stats.decode_ns_total += spent
@@ -426,6 +429,9 @@ class WhisperRecognizer(Recognizer):
         self._buffer = np.zeros(_WHISPER_WINDOW_S * SAMPLE_RATE, dtype=np.int16)
         self._worker = _Worker(self._decode_fn(model, language, beam_size))
         weakref.finalize(self, self._worker.close)
+        # The first decode of a process is about 3x slower (allocations, kernel selection):
+        # pay for it now, on the worker, not in the first utterance.
+        self._worker.submit(_Job(0, np.zeros(SAMPLE_RATE, dtype=np.int16)))
         self._start_ns = 0
         self._active = False
         self._utterance = 0
@@ -476,6 +482,13 @@ class WhisperRecognizer(Recognizer):
     def fed_ns(self) -> int:
         """Duration of audio fed into the current (or last) utterance."""
         return self._fed * NS_PER_SAMPLE
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        """Wait until no decode runs or waits (the load-time warm-up included); False on
+        timeout."""
+        worker = self._worker
+        with worker.cond:
+            return worker.cond.wait_for(lambda: worker.idle or worker.closed, timeout_s)
 
     def close(self) -> None:
         """Stop the decode thread (also done when the recogniser is garbage-collected)."""
