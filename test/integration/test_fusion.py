@@ -13,7 +13,7 @@ from lifecycle_msgs.msg import Transition
 from sensor_msgs.msg import Image
 from std_msgs.msg import String
 
-from omniflow.msg import Association, AudioChunk, TokenRef, Transcript
+from omniflow.msg import Association, AudioChunk, Scene, TokenRef, Transcript
 from omniflow.ros import conversions
 from omniflow.ros.conversions import ns_from_time
 from omniflow.ros.monitor import TopicRecorder, wait_for_publishers
@@ -77,6 +77,7 @@ def test_speech_gives_a_transcript_and_an_association_with_the_frames_around_its
     status = TopicRecorder(ros_node, String, f"{namespace}/fusion/status", LATCHED)
     transcripts = TopicRecorder(ros_node, Transcript, f"{namespace}/transcript", EVENTS)
     associations = TopicRecorder(ros_node, Association, f"{namespace}/associations", EVENTS)
+    scenes = TopicRecorder(ros_node, Scene, f"{namespace}/scene", EVENTS)
     audio = TopicRecorder(ros_node, AudioChunk, f"{namespace}/audio", SENSOR_DATA)
     status.wait_until(lambda msgs: any(json.loads(m.data)["state"] == "active" for m in msgs),
                       timeout=60, what="fusion active")
@@ -123,6 +124,14 @@ def test_speech_gives_a_transcript_and_an_association_with_the_frames_around_its
         assert t - BEFORE_NS <= ns_from_time(candidate.stamp) <= t + AFTER_NS
         assert candidate.chosen or candidate.reason
     assert sum(c.chosen for c in record.candidates) == 1
+    chosen = next(c for c in record.candidates if c.chosen)
+    # every encoded frame is described; the chosen token's words are its frame's
+    assert scenes.messages, "no scene published"
+    described = {ns_from_time(m.header.stamp): m for m in scenes.messages}
+    scene = described[ns_from_time(chosen.stamp)]
+    assert chosen.summary == "; ".join(scene.observations)
+    assert scene.person_present == any(o in ("face", "person") for o in scene.observations)
+    assert bool(scene.description) == bool(scene.observations)
     assert fusion.running
     summary = json.loads(status.messages[-1].data)
     assert summary["rejected_audio"] >= 4 and summary["rejected_images"] >= 4

@@ -23,6 +23,7 @@ from omniflow.core.association import TokenRef as CoreTokenRef
 from omniflow.core.echo import EchoGate, EchoReference, EchoResult
 from omniflow.core.params import ParamSpec
 from omniflow.core.resample import resample_int16
+from omniflow.core.scene import describe, person_present, phrase
 from omniflow.core.scheduler import Slice, TdmScheduler
 from omniflow.core.semantic import CODE_BITS, Gate, LshEncoder
 from omniflow.core.tokens import Modality, Token, TokenRing
@@ -33,6 +34,7 @@ from omniflow.errors import AudioFormatError, ConfigError, EngineError, ImageFor
 from omniflow.msg import (
     Association,
     AudioChunk,
+    Scene,
     TokenRef,
     Transcript,
     TranscriptWord,
@@ -145,6 +147,7 @@ class FusionStats:
     rejected_images: int = 0
     buffer_overflows: int = 0
     vision_encoded: int = 0
+    scenes: int = 0
     speech_starts: int = 0
     speech_ends: int = 0
     forced_ends: int = 0      # utterances cut at vad.max_utterance_s
@@ -199,7 +202,10 @@ class FusionNode(LifecycleNode):
             stream-time stamps; ``utterance_id`` matches the transcript's.
             ``associations`` (omniflow/msg/Association, reliable, keep last 50): one per
             speech start (the trigger), with every vision candidate in
-            [t - before, t + after] and why each was or was not chosen.
+            [t - before, t + after] and why each was or was not chosen; a chosen vision
+            token carries what was seen in words (``summary``).
+            ``scene`` (omniflow/msg/Scene, reliable, keep last 50): each encoded frame's
+            observations, as phrases and one sentence, and whether a person is in view.
             ``~/status`` (std_msgs/String, latched): a JSON summary (state, engines, counts).
             ``/diagnostics`` (diagnostic_msgs/DiagnosticArray, 1 Hz): buffer occupancy,
             evictions, overruns, late drops, rejected inputs, per-stage times.
@@ -254,6 +260,8 @@ class FusionNode(LifecycleNode):
         self._activity_pub = None
         self._decisions: list[Decision] = []
         self._texts: list[Transcript] = []
+        self._scenes: list[Scene] = []
+        self._scene_pub = None
         self._state = "unconfigured"
         self._transcript_pub = self._association_pub = None
         self._status_pub = self.create_publisher(String, "~/status", LATCHED)
@@ -396,6 +404,7 @@ class FusionNode(LifecycleNode):
             Association, "associations", EVENTS)
         self._activity_pub = self.create_lifecycle_publisher(
             VoiceActivity, "voice_activity", EVENTS)
+        self._scene_pub = self.create_lifecycle_publisher(Scene, "scene", EVENTS)
         self._state = "configured"
         self.get_logger().info(
             f"configured: vad {p['vad.engine']}, {p['asr.engine']} "
@@ -440,10 +449,12 @@ class FusionNode(LifecycleNode):
             self._vad = self._asr = self._vision = None
             self._ring = self._associator = self._scheduler = None
             self._reference = self._echo = self._echo_vad = None
-        for publisher in (self._transcript_pub, self._association_pub, self._activity_pub):
+        for publisher in (self._transcript_pub, self._association_pub, self._activity_pub,
+                          self._scene_pub):
             if publisher is not None:
                 self.destroy_lifecycle_publisher(publisher)
         self._transcript_pub = self._association_pub = self._activity_pub = None
+        self._scene_pub = None
         self._state = "unconfigured"
 
     def _stop_worker(self) -> None:
@@ -690,8 +701,13 @@ class FusionNode(LifecycleNode):
         self._last_vision_ns = stamp_ns
         result = self._vision.encode(rgb, stamp_ns)
         self.stats.vision_encoded += 1
-        summary = tuple((o.kind, o.region) for o in result.observations)
+        summary = tuple((o.kind, o.region if o.value is None else str(o.value))
+                        for o in result.observations)
         self._insert(Token(stamp_ns, Modality.VISION, result.code, summary))
+        phrases, sentence = describe(summary)
+        self._scenes.append(Scene(header=conversions.header(stamp_ns, "camera"),
+                                  code=int(result.code), observations=phrases,
+                                  description=sentence, person_present=person_present(summary)))
 
     def _associate(self, current: Slice) -> None:
         """Decide the triggers whose window has closed (one slice of slack for late frames)."""
@@ -700,8 +716,12 @@ class FusionNode(LifecycleNode):
     def _emit(self, current: Slice) -> None:
         texts, self._texts = self._texts, []
         decisions, self._decisions = self._decisions, []
+        scenes, self._scenes = self._scenes, []
         for msg in texts:
             self._transcript_pub.publish(msg)
+        for msg in scenes:
+            self.stats.scenes += 1
+            self._scene_pub.publish(msg)
         for decision in decisions:
             self.stats.associations += 1
             self._association_pub.publish(_association_msg(decision))
@@ -783,9 +803,12 @@ def _duration(ns: int) -> Duration:
 
 
 def _token_ref(ref: CoreTokenRef) -> TokenRef:
+    summary = ""
+    if ref.modality == Modality.VISION and isinstance(ref.payload, tuple):
+        summary = "; ".join(dict.fromkeys(phrase(kind, region) for kind, region in ref.payload))
     return TokenRef(modality=int(ref.modality), stamp=conversions.time_from_ns(ref.stamp_ns),
                     code=int(ref.code), resolution=int(ref.resolution), score=float(ref.score),
-                    chosen=ref.chosen, reason=ref.reason)
+                    chosen=ref.chosen, reason=ref.reason, summary=summary)
 
 
 def _association_msg(decision: Decision) -> Association:
