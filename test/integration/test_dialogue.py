@@ -12,8 +12,9 @@ from action_msgs.msg import GoalStatus
 from dialogue_graph import ANSWER_TIMEOUT_S, LONG_PROMPT, START_TIMEOUT_S, Graph, wait_future
 from lifecycle_msgs.msg import State as LifecycleStateMsg
 
-from omniflow.msg import DialogueState, ResponseChunk, Transcript
+from omniflow.msg import DialogueState, ResponseChunk, Scene, Transcript
 from omniflow.ros import conversions
+from omniflow.ros.qos import EVENTS
 from ros_helpers import lifecycle_state
 
 
@@ -152,3 +153,30 @@ def test_a_missing_model_fails_configure_and_the_node_stays_up(ros_node, start_n
         outcome = wait_future(handle.get_result_async(), 30)
         assert "not active" in outcome.result.error
     assert g.dialogue.running
+
+
+def test_a_person_appearing_makes_the_robot_speak_up_once(ros_node, start_node):
+    g = Graph(ros_node, start_node, speech=False, **{
+        "proactive.enabled": True, "proactive.min_interval_s": 60.0,
+        "proactive.rules": "person_appeared => Someone just came into view. Greet them."})
+    g.wait_active()
+    scenes = ros_node.create_publisher(Scene, g.topic("scene"), EVENTS)
+    deadline = time.monotonic() + 30
+    while scenes.get_subscription_count() < 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    for present in (False, True, True, False, True):  # appears, leaves, appears again
+        now_ns = ros_node.get_clock().now().nanoseconds
+        scenes.publish(Scene(header=conversions.header(now_ns, "camera"),
+                             observations=["face"] if present else [],
+                             description="The camera shows a face." if present else "",
+                             person_present=present))
+        time.sleep(0.3)
+    thinking = g.states.wait_until(
+        lambda ms: any(m.reason == "a proactive turn" for m in ms), timeout=30,
+        what="a proactive turn")
+    turn = next(m.turn_id for m in thinking if m.reason == "a proactive turn")
+    g.chunks.wait_until(lambda ms: any(c.turn_id == turn and c.is_final for c in ms),
+                        timeout=ANSWER_TIMEOUT_S, what="the greeting")
+    time.sleep(3.0)  # rate-limited: the second appearance does not speak again
+    assert sum(m.reason == "a proactive turn" for m in g.states.messages) == 1
