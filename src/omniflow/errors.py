@@ -40,3 +40,7 @@ class SinkError(OmniflowError):
 
 class DeviceNotFoundError(SourceError, SinkError):
     """The requested input or output device does not exist; the message lists those that do."""
+
+
+class BagError(OmniflowError):
+    """A recorded bag is missing, unreadable, truncated, or lacks the topics or types asked for."""
