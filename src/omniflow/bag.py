@@ -67,10 +67,14 @@ def message_class(msgtype: str) -> type:
 
 def decode(raw: bytes, msgtype: str) -> object:
     """A message decoded from its CDR bytes (a rosbags dataclass with the ROS field names)."""
+    from rosbags.serde import SerdeError
+
+    if not known_type(msgtype):
+        raise BagError(f"unknown message type {msgtype!r}: omniflow cannot decode it")
     try:
         return typestore().deserialize_cdr(raw, msgtype)
-    except KeyError as err:
-        raise BagError(f"unknown message type {msgtype!r}: omniflow cannot decode it") from err
+    except (SerdeError, ValueError, IndexError) as err:
+        raise BagError(f"a {msgtype} message cannot be decoded: {err}") from err
 
 
 def encode(msg: object, msgtype: str) -> bytes:
@@ -160,7 +164,7 @@ class BagReader:
                 reader.open()
                 connections = list(reader.connections)
                 reader.close()
-            except ReaderError:
+            except (ReaderError, TypeError, ValueError, struct.error):  # cut short
                 self._salvage(path)
             else:
                 for c in connections:

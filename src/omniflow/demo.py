@@ -80,7 +80,8 @@ class Progress:
             return
         width = 30
         filled = int(width * min(done / total, 1.0)) if total else width
-        line = f"      [{'#' * filled}{'.' * (width - filled)}] {done:5.1f} / {total:.1f}{unit} {what}"
+        line = (f"      [{'#' * filled}{'.' * (width - filled)}] {done:5.1f} / "
+                f"{total:.1f}{unit} {what}")
         if self._tty:
             print("\r" + line, end="" if done < total else "\n", file=sys.stderr, flush=True)
         elif done >= total or int(done) % 4 == 0:
