@@ -194,10 +194,10 @@ class LatencyRow:
 
 # Shaped like the source material's per-stage table; rows without data read "n/a".
 LATENCY_ROWS = (
-    LatencyRow("capture", "capture stamp -> delivered to a subscriber", _capture, 12.3 + 15.7),
+    LatencyRow("capture", "capture stamp -> delivered to a subscriber", _capture, 28.0),
     LatencyRow("VAD/ASR", "end of speech -> final transcript (includes the VAD's closing "
                "silence)", _header_minus("transcript", lambda m: stamp_ns(m.end),
-                                         lambda m: m.is_final), 41.2 + 8.1),
+                                         lambda m: m.is_final), 49.3),
     LatencyRow("vision", "fusion encode stage per encoded frame", _vision, 63.5),
     LatencyRow("association", "speech onset -> decision (includes the window's wait)",
                _header_minus("associations", lambda m: stamp_ns(m.trigger.stamp)), 28.9),
