@@ -213,3 +213,22 @@ def sample_overrides(audio_path: str, video_path: str) -> dict[str, dict[str, ob
     """Parameters that run the sensor nodes on recorded files instead of devices."""
     return {"audio_capture": {"source": "file", "file.path": audio_path, "file.loop": True},
             "camera": {"source": "video", "path": video_path, "fps": 15.0}}
+
+
+_QOS_TEXT = {SENSOR_DATA: "sensor data (best effort, last 5)",
+             LATCHED: "latched (reliable, transient local, depth 1)",
+             EVENTS: "events (reliable, last 50)"}
+
+
+def topic_table() -> str:
+    """The graph's topics as a Markdown table (embedded in the README; a test compares)."""
+    rows = ["| topic | type | QoS | published by | what |", "|---|---|---|---|---|"]
+    for spec in TOPICS:
+        kind = f"`{spec.msg_type.replace('/msg/', '/')}`" if spec.msg_type else "(the node's)"
+        rows.append(f"| `{spec.name}` | {kind} | {_QOS_TEXT[spec.qos]} | {spec.publisher} | "
+                    f"{spec.description} |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    print(f"<!-- topics -->\n{topic_table()}\n<!-- /topics -->")

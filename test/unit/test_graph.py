@@ -142,3 +142,9 @@ def test_the_base_launch_file_takes_its_nodes_from_the_graph():
     source = (ROOT / "launch" / "omniflow.launch.py").read_text()
     assert "launch_nodes(" in source and "respawn=node.respawn" in source
     assert "use_sim_time" in source and "additional_env" in source
+
+
+def test_readme_topic_table_is_generated_from_the_graph():
+    block = f"<!-- topics -->\n{graph.topic_table()}\n<!-- /topics -->"
+    assert block in (ROOT / "README.md").read_text(), \
+        "README's topic table is out of date: paste the output of `python -m omniflow.graph`"
