@@ -62,7 +62,7 @@ def _init_ros():
 # ----------------------------------------------------------------------------- run
 def cmd_run(args: argparse.Namespace) -> int:
     from omniflow.graph import CAPTURE_NODES, RESPAWN_DELAY_S, profile, profile_nodes
-    from omniflow.launcher import NodeProcess
+    from omniflow.launcher import Supervisor
     from omniflow.resources import share_dir
 
     chosen = profile(args.profile)
@@ -72,44 +72,46 @@ def cmd_run(args: argparse.Namespace) -> int:
     specs = profile_nodes(args.profile, str(share_dir()), args.namespace,
                           log_level=args.log_level, params_file=args.params_file)
     stop = _stop_event()
-    processes = {}
     _status(f"omniflow run --profile {args.profile}: {chosen.description}")
-    for index, spec in enumerate(specs, 1):
-        processes[spec.name] = NodeProcess(spec)
-        _status(f"  [{index}/{len(specs)}] started {spec.name} (pid "
-                f"{processes[spec.name].process.pid})")
-    player_thread = None
-    if args.bag is not None:
-        player_thread = threading.Thread(
-            target=_replay, args=(args.bag, args.namespace, args.rate, True, False, None, stop),
-            daemon=True, name="player")
-        player_thread.start()
-    died_at: dict[str, float] = {}
+    supervisor = Supervisor(specs, set(CAPTURE_NODES), RESPAWN_DELAY_S, report=_status)
     try:
+        for index, (name, process) in enumerate(supervisor.processes.items(), 1):
+            _status(f"  [{index}/{len(specs)}] started {name} (pid {process.process.pid})")
+        player_thread = None
+        if args.bag is not None:
+            _wait_until_ready(list(supervisor.processes.values()), args.namespace)
+            player_thread = threading.Thread(
+                target=_replay, daemon=True, name="player",
+                args=(args.bag, args.namespace, args.rate, True, False, None, stop))
+            player_thread.start()
         while not stop.wait(_POLL_S):
-            for name, process in list(processes.items()):
-                if process.running:
-                    continue
-                if name not in died_at:
-                    code = process.process.returncode
-                    tail = "\n".join(process.output().splitlines()[-10:])
-                    _status(f"{name} exited with {code}:\n{tail}")
-                    died_at[name] = time.monotonic()
-                if name in CAPTURE_NODES and \
-                        time.monotonic() - died_at[name] >= RESPAWN_DELAY_S:
-                    process.close()
-                    processes[name] = NodeProcess(process.spec)
-                    del died_at[name]
-                    _status(f"respawned {name}")
+            supervisor.poll()
             if player_thread is not None and not player_thread.is_alive():
                 _status("the bag has been played; Ctrl-C to stop the nodes")
                 player_thread = None
     finally:
         stop.set()
         _status("stopping the nodes")
-        for process in processes.values():
-            process.close()
+        supervisor.close()
     return 0
+
+
+def _wait_until_ready(processes: list, namespace: str) -> None:
+    """Wait until the nodes are up (lifecycle nodes active), so a bag played into them is
+    heard from its first message."""
+    import rclpy
+
+    from omniflow.demo import READY_TIMEOUT_S, Progress, wait_ready
+    from omniflow.ros.monitor import spinning
+
+    context = _init_ros()
+    node = rclpy.create_node("omniflow_run_probe", namespace=namespace or "/", context=context)
+    try:
+        with spinning(node):
+            wait_ready(node, processes, READY_TIMEOUT_S, Progress())
+    finally:
+        node.destroy_node()
+        rclpy.shutdown(context=context)
 
 
 # ----------------------------------------------------------------------------- record

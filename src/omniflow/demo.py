@@ -142,7 +142,7 @@ def _lifecycle_state(client) -> int | None:
     return future.result().current_state.id if done.wait(5.0) else None
 
 
-def _wait_ready(node, processes: list[NodeProcess], timeout_s: float,
+def wait_ready(node, processes: list[NodeProcess], timeout_s: float,
                 progress: Progress) -> None:
     """Wait until every node process is in the graph and, if it is a lifecycle node, active;
     raise OmniflowError with the node's output if one dies or does not get there in time."""
@@ -219,7 +219,7 @@ def run_session(bag: Path, *, out_dir: Path | None = None, rate: float = 1.0,
     try:
         with spinning(monitor), BagWriter(outputs_bag) as writer:
             recorder = Recorder(monitor, writer, recorded, namespace, on_message=printer)
-            _wait_ready(monitor, processes, READY_TIMEOUT_S, progress)
+            wait_ready(monitor, processes, READY_TIMEOUT_S, progress)
             replayed = [t for t in reader.topics if t not in reader.unknown_types()]
             player = Player(player_node, reader, topics=replayed, namespace=namespace,
                             rate=rate, clock=True)

@@ -100,3 +100,28 @@ def test_large_frames_are_scaled_down(tmp_path):
     path = session_from_files(SAMPLES / "hello.wav", tmp_path / "big.avi", tmp_path / "s.mcap")
     frame = next(BagReader(path).decoded(["image_raw"]))[1]
     assert (frame.width, frame.height) == (640, 360)
+
+
+def test_the_supervisor_respawns_capture_nodes_only(tmp_path):
+    import time
+
+    from omniflow.launcher import NodeSpec, Supervisor
+
+    (tmp_path / "of_dies.py").write_text("import sys\nprint('bye')\nsys.exit(3)\n")
+    lines: list[str] = []
+    supervisor = Supervisor([NodeSpec(module="of_dies", name="camera"),
+                             NodeSpec(module="of_dies", name="fusion")], {"camera"}, 0.2,
+                            report=lines.append, env={"PYTHONPATH": str(tmp_path)})
+    try:
+        deadline = time.monotonic() + 30
+        while supervisor.respawns["camera"] < 2 and time.monotonic() < deadline:
+            supervisor.poll()
+            time.sleep(0.05)
+        assert supervisor.respawns["camera"] >= 2
+        assert supervisor.respawns["fusion"] == 0
+        assert sum("fusion exited with 3" in line for line in lines) == 1
+        assert any("camera exited with 3; respawning in 0.2 s" in line and "bye" in line
+                   for line in lines)
+        assert "respawned camera" in lines
+    finally:
+        supervisor.close()
