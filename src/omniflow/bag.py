@@ -192,10 +192,24 @@ class BagReader:
         """The bag's topics by name."""
         return dict(self._topics)
 
+    def resolve(self, names: Iterable[str]) -> dict[str, str]:
+        """The bag's topic for each graph topic name (``audio`` is found as ``audio``,
+        ``/audio`` or ``/robot1/audio``): {graph name: bag name} for those found."""
+        from omniflow.graph import graph_topic_name
+
+        found = {}
+        for bag_name in self._topics:
+            graph_name = graph_topic_name(bag_name)
+            if graph_name in names and (graph_name not in found or bag_name == graph_name):
+                found[graph_name] = bag_name
+        return found
+
     def require(self, names: Iterable[str]) -> None:
         """BagError unless every named topic is in the bag with messages, naming what is there."""
+        names = list(names)
+        resolved = self.resolve(names)
         missing = [name for name in names
-                   if name not in self._topics or self._topics[name].count == 0]
+                   if name not in resolved or self._topics[resolved[name]].count == 0]
         if missing:
             present = ", ".join(f"{t.name} ({t.msgtype}, {t.count})"
                                 for t in self._topics.values()) or "nothing"

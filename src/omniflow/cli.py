@@ -165,7 +165,13 @@ def _replay(bag: Path, namespace: str, rate: float, clock: bool, loop: bool,
     context = _init_ros()
     node = rclpy.create_node("omniflow_player", namespace=namespace, context=context)
     try:
-        player = Player(node, reader, topics=topics, namespace=namespace, rate=rate, clock=clock)
+        from omniflow.graph import graph_topic_name
+
+        # Names as ros2 bag records them (/audio, /robot1/audio) go to the graph's relative
+        # names, so --namespace places them.
+        remap = {name: graph_topic_name(name) for name in reader.topics}
+        player = Player(node, reader, topics=topics, namespace=namespace, rate=rate,
+                        clock=clock, remap=remap)
         for name, why in player.stats.skipped_topics.items():
             _status(f"warning: not playing {name}: {why}")
         _status(f"waiting up to {wait_s:g} s for subscribers on {', '.join(player.topics)}")

@@ -28,7 +28,7 @@ from pathlib import Path
 from omniflow import report
 from omniflow.bag import BagReader, BagWriter, decode
 from omniflow.errors import BagError, OmniflowError, SourceError
-from omniflow.graph import INPUT_TOPICS, PROFILES, output_topics, profile_nodes
+from omniflow.graph import INPUT_TOPICS, PROFILES, TOPICS, output_topics, profile_nodes
 from omniflow.launcher import NodeProcess
 from omniflow.resources import sample, share_dir
 
@@ -195,7 +195,8 @@ def run_session(bag: Path, *, out_dir: Path | None = None, rate: float = 1.0,
         problems.append(f"topic {name} has an unknown message type {msgtype}: not replayed")
     for line in problems:
         print(f"warning: {line}", file=sys.stderr)
-    start_ns = min(m.timestamp_ns for m in reader.messages(INPUT_TOPICS[:1]))
+    inputs = reader.resolve([spec.name for spec in TOPICS])  # graph name -> the bag's name
+    start_ns = min(m.timestamp_ns for m in reader.messages([inputs[INPUT_TOPICS[0]]]))
     replay = PROFILES["replay"]
     specs = profile_nodes("replay", str(share_dir()), namespace,
                           overrides={"speech": {"sink": "null"}})
@@ -220,15 +221,16 @@ def run_session(bag: Path, *, out_dir: Path | None = None, rate: float = 1.0,
         with spinning(monitor), BagWriter(outputs_bag) as writer:
             recorder = Recorder(monitor, writer, recorded, namespace, on_message=printer)
             wait_ready(monitor, processes, READY_TIMEOUT_S, progress)
-            replayed = [t for t in reader.topics if t not in reader.unknown_types()]
+            replayed = [t for t in inputs.values() if t not in reader.unknown_types()]
             player = Player(player_node, reader, topics=replayed, namespace=namespace,
-                            rate=rate, clock=True)
+                            rate=rate, clock=True, remap={b: g for g, b in inputs.items()})
             missing = player.wait_for_subscribers(
-                SUBSCRIBER_TIMEOUT_S, [t for t in INPUT_TOPICS if t in player.topics])
+                SUBSCRIBER_TIMEOUT_S, [inputs[t] for t in INPUT_TOPICS])
             if missing:
                 raise OmniflowError(f"no subscriber on {', '.join(missing)} after "
                                     f"{SUBSCRIBER_TIMEOUT_S:.0f} s")
-            duration_s = (reader_end(reader) - start_ns) / 1e9
+            duration_s = (max(m.timestamp_ns for m in reader.messages(
+                [inputs[INPUT_TOPICS[0]]])) - start_ns) / 1e9
             progress.step(f"replaying {duration_s:.1f} s of {bag.name} at {rate:g}x "
                           f"({', '.join(player.topics)})")
             player.play(progress=lambda done, total: progress.bar(done / 1e9, total / 1e9,
@@ -247,10 +249,6 @@ def run_session(bag: Path, *, out_dir: Path | None = None, rate: float = 1.0,
     run.start_ns = start_ns
     run.problems = problems + run.problems
     return SessionResult(out_dir, bag, outputs_bag, run, problems)
-
-
-def reader_end(reader: BagReader) -> int:
-    return max(m.timestamp_ns for m in reader.messages(INPUT_TOPICS[:1]))
 
 
 def print_summary(result: SessionResult) -> dict[str, Path]:

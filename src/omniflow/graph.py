@@ -89,6 +89,15 @@ def topic(name: str) -> TopicSpec:
                       f"{', '.join(spec.name for spec in TOPICS)}")
 
 
+def graph_topic_name(name: str) -> str:
+    """The graph's relative name for a recorded topic name: ``/audio`` and ``/robot1/audio``
+    (as ``ros2 bag record`` writes them) are ``audio``; other names are returned unchanged."""
+    for spec in sorted(TOPICS, key=lambda s: -len(s.name)):
+        if name == spec.name or name.endswith("/" + spec.name):
+            return spec.name
+    return name
+
+
 def topics_of(nodes: tuple[str, ...]) -> tuple[TopicSpec, ...]:
     """The topics published by these nodes, in table order."""
     return tuple(spec for spec in TOPICS if spec.publisher in nodes)

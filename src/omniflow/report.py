@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from omniflow.bag import BagReader
+from omniflow.graph import graph_topic_name
 
 _MS = 1e6
 
@@ -56,9 +57,10 @@ class Run:
             for name, msgtype in reader.unknown_types().items():
                 run.problems.append(f"{path}: topic {name} has an unknown type {msgtype}; "
                                     "left out")
-            topics = [t for t in reader.topics if t not in skip]
+            topics = [t for t in reader.topics if graph_topic_name(t) not in skip]
             for message, msg in reader.decoded(topics):
-                run.messages.setdefault(message.topic, []).append((message.timestamp_ns, msg))
+                run.messages.setdefault(graph_topic_name(message.topic), []).append(
+                    (message.timestamp_ns, msg))
                 starts.append(message.timestamp_ns)
         run.start_ns = min(starts, default=0)
         return run

@@ -166,3 +166,19 @@ def test_the_session_script_is_deterministic(tmp_path):
     subprocess.run([sys.executable, str(root / "scripts" / "make_sample_session.py"),
                     "--out", str(out)], check=True, capture_output=True, timeout=120)
     assert out.read_bytes() == (root / "test" / "data" / "samples" / "session.mcap").read_bytes()
+
+
+def test_topics_recorded_by_ros2_bag_are_found_by_their_graph_names(tmp_path):
+    messages = [BagMessage("/robot1/audio", m.msgtype, m.timestamp_ns, m.raw)
+                for m in audio_messages(3)]
+    messages.append(BagMessage("/transcript", "omniflow/msg/Transcript", START + 1,
+                               transcript("hi")))
+    reader = BagReader(write_mcap_file(tmp_path / "ros2.mcap", messages))
+    assert reader.resolve(["audio", "transcript", "image_raw"]) == {
+        "audio": "/robot1/audio", "transcript": "/transcript"}
+    reader.require(["audio"])
+    with pytest.raises(BagError, match="no messages on image_raw"):
+        reader.require(["audio", "image_raw"])
+    from omniflow.report import Run
+    run = Run.from_bags(reader.path)
+    assert set(run.messages) == {"audio", "transcript"}
