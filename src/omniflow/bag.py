@@ -292,13 +292,15 @@ class BagWriter:
         self._open = True
 
     def add_topic(self, name: str, msgtype: str) -> None:
-        """Declare a topic before writing to it (BagError for a type omniflow cannot describe)."""
+        """Declare a topic before writing to it (BagError for a type omniflow cannot describe).
+        The graph's QoS for the topic is stored as its offered profile, so ``ros2 bag play``
+        replays latched state as latched and sensor streams as best effort."""
         if name in self._connections:
             return
         if not known_type(msgtype):
             raise BagError(f"cannot record {name}: message type {msgtype!r} is unknown here")
-        self._connections[name] = self._writer.add_connection(name, msgtype,
-                                                              typestore=typestore())
+        self._connections[name] = self._writer.add_connection(
+            name, msgtype, typestore=typestore(), offered_qos_profiles=[_offered_qos(name)])
         self.counts[name] = 0
 
     def write(self, topic: str, timestamp_ns: int, raw: bytes) -> None:
@@ -338,6 +340,29 @@ def write_mcap_file(path: str | Path, messages: Iterable[BagMessage]) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         shutil.move(str(produced), path)
     return path
+
+
+def _offered_qos(name: str):
+    """The graph's QoS of a topic (events for unknown topics) as rosbags describes QoS."""
+    from rosbags.interfaces import (
+        Qos,
+        QosDurability,
+        QosHistory,
+        QosLiveliness,
+        QosReliability,
+        QosTime,
+    )
+
+    from omniflow.graph import EVENTS, LATCHED, SENSOR_DATA, TOPICS, graph_topic_name
+
+    kind = next((s.qos for s in TOPICS if s.name == graph_topic_name(name)), EVENTS)
+    reliability, durability, depth = {
+        SENSOR_DATA: (QosReliability.BEST_EFFORT, QosDurability.VOLATILE, 5),
+        LATCHED: (QosReliability.RELIABLE, QosDurability.TRANSIENT_LOCAL, 1),
+        EVENTS: (QosReliability.RELIABLE, QosDurability.VOLATILE, 50)}[kind]
+    unset = QosTime(0, 0)
+    return Qos(QosHistory.KEEP_LAST, depth, reliability, durability, unset, unset,
+               QosLiveliness.AUTOMATIC, unset, False)
 
 
 # --------------------------------------------------------------------- salvaging truncated MCAP

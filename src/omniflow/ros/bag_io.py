@@ -16,7 +16,7 @@ from rclpy.qos import QoSProfile
 
 from omniflow.bag import BagMessage, BagReader, BagWriter, known_type, message_class
 from omniflow.errors import BagError
-from omniflow.graph import CLOCK_TOPIC, EVENTS, LATCHED, SENSOR_DATA, TOPICS
+from omniflow.graph import CLOCK_TOPIC, EVENTS, LATCHED, SENSOR_DATA, TOPICS, graph_topic_name
 from omniflow.ros import qos as qos_profiles
 
 _QOS = {SENSOR_DATA: qos_profiles.SENSOR_DATA, LATCHED: qos_profiles.LATCHED,
@@ -29,7 +29,8 @@ _DISCOVERY_PERIOD_S = 0.5
 
 def qos_for(relative_name: str, *, recording: bool = False) -> QoSProfile:
     """The QoS the graph uses on a topic (``omniflow.graph.TOPICS``; events otherwise)."""
-    kind = next((spec.qos for spec in TOPICS if spec.name == relative_name), EVENTS)
+    name = graph_topic_name(relative_name)
+    kind = next((spec.qos for spec in TOPICS if spec.name == name), EVENTS)
     profile = _QOS[kind]
     if recording and kind != LATCHED:
         profile = QoSProfile(history=profile.history, depth=max(profile.depth, _RECORD_DEPTH),
