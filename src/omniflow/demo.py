@@ -268,6 +268,10 @@ def print_summary(result: SessionResult) -> dict[str, Path]:
     print("\nresponse:" if turns else "\nresponse: n/a (no node publishes `response` yet)")
     for turn in turns:
         print(f"  turn {turn['turn_id']}: {turn['text']}")
+    for topic, counts in report.delivered(run).items():
+        if counts["fusion"] < 0.95 * counts["monitor"]:
+            print(f"\nnote: fusion received {counts['fusion']} of {counts['monitor']} {topic} "
+                  "messages: this machine was too busy to keep up; try --rate 0.5")
     print("\nlatency per stage (bag replay on this machine):")
     print(report.latency_table(report.latency(run)))
     paths = report.write(run, result.out_dir)

@@ -325,13 +325,28 @@ def timeline_png(run: Run, path: Path) -> Path:
     return path
 
 
+def delivered(run: Run) -> dict[str, dict]:
+    """How many of the replayed inputs reached the fusion node (its /diagnostics counters)
+    against how many the monitor received: {topic: {"fusion": n, "monitor": m}}."""
+    last: dict[str, str] = {}
+    for _, array in run.of("/diagnostics"):
+        for status in array.status:
+            values = {item.key: item.value for item in status.values}
+            if "audio_chunks" in values:
+                last = values
+    if not last:
+        return {}
+    return {"audio": {"fusion": int(last["audio_chunks"]), "monitor": len(run.of("audio"))},
+            "image_raw": {"fusion": int(last["frames"]), "monitor": len(run.of("image_raw"))}}
+
+
 def build(run: Run) -> dict:
     """The JSON report of a run."""
     return {"topics": {t: len(v) for t, v in sorted(run.messages.items())},
             "transcripts": transcripts(run), "associations": associations(run),
             "responses": responses(run),
             "dialogue_states": states(run, "dialogue_state", "state"),
-            "latency": latency(run), "problems": run.problems}
+            "latency": latency(run), "delivered": delivered(run), "problems": run.problems}
 
 
 def write(run: Run, out_dir: Path) -> dict[str, Path]:
