@@ -357,6 +357,8 @@ def write(run: Run, out_dir: Path) -> dict[str, Path]:
     paths = {"json": out_dir / "report.json", "timeline": out_dir / "timeline.png"}
     paths["json"].write_text(json.dumps(build(run), indent=2) + "\n", encoding="utf-8")
     timeline_png(run, paths["timeline"])
+    for stale in out_dir.glob("chosen_frame_*.png"):  # from an earlier run into this directory
+        stale.unlink()
     for t, rgb in chosen_frames(run).items():
         frame_path = out_dir / f"chosen_frame_{t:07.3f}s.png"
         cv2.imwrite(str(frame_path), np.ascontiguousarray(rgb[:, :, ::-1]))
