@@ -37,6 +37,37 @@ def wait_for_line(process: subprocess.Popen, text: str, timeout: float = TIMEOUT
     raise AssertionError(f"no {text!r} in the output:\n{''.join(seen)}")
 
 
+def test_ctrl_c_while_messages_flow_leaves_a_complete_bag(tmp_path):
+    namespace = f"/t{uuid.uuid4().hex[:6]}"
+    out = tmp_path / "rec"
+    recorder = omniflow("record", "--namespace", namespace, "-o", str(out),
+                        "--topics", "audio", "image_raw")
+    player = None
+    try:
+        wait_for_line(recorder, "recording into")
+        player = omniflow("replay", str(sample("session.mcap")), "--namespace", namespace,
+                          "--wait", "60", "--loop", "--topics", "audio", "image_raw")
+        wait_for_line(player, "waiting up to")
+        time.sleep(8.0)  # mid-stream: frames and audio arriving
+        recorder.send_signal(signal.SIGINT)
+        assert recorder.wait(30) == 0
+        closing = wait_for_line(recorder, "closed")
+    finally:
+        for process in (recorder, player):
+            if process is not None and process.poll() is None:
+                process.send_signal(signal.SIGINT)
+                try:
+                    process.wait(10)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+    reader = BagReader(out)
+    assert reader.problems == []
+    counts = {name: topic.count for name, topic in reader.topics.items()}
+    assert counts.get("audio", 0) > 25 and counts.get("image_raw", 0) > 10, closing
+    assert closing.strip().endswith(", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+    assert sum(1 for _ in reader.messages()) == sum(counts.values())
+
+
 def test_replay_with_clock_recorded_and_stopped_with_ctrl_c(tmp_path, ros_node):
     namespace = f"/t{uuid.uuid4().hex[:6]}"
     clock = TopicRecorder(ros_node, Clock, "/clock", 10)
