@@ -19,7 +19,7 @@ NO_DEPS := $(wildcard requirements/no-deps.txt)
 SOURCES := CMakeLists.txt package.xml $(wildcard msg/*.msg action/*.action) \
 	$(shell find src launch config models test/data/samples -type f -not -name '*.pyc' 2>/dev/null)
 
-.PHONY: setup test test-fast lint demo bench lock clean
+.PHONY: setup test test-fast lint demo golden bench lock clean
 
 setup: $(INSTALL_STAMP)
 
@@ -58,18 +58,17 @@ test-fast: setup
 	$(PY) -m pytest -m "not integration"
 
 demo: setup
-	$(PY) -m omniflow.demo
+	$(VENV)/bin/omniflow demo --out build/demo
 
-# Discovery stays on loopback (the script clears transport variables in its children).
+# Replays the sample session and writes what the graph made of it as the new golden file of
+# the replay regression (test/integration/test_replay_regression.py): review the diff.
+golden: setup
+	$(PY) -m omniflow.regression --update
+
+# Every script under benchmarks/ (arguments in scripts/run_benchmarks.py), one JSON summary:
+# build/bench/summary.json. Discovery stays on loopback.
 bench: setup
-	@mkdir -p build/bench
-	$(PY) benchmarks/transport.py --all --rounds 3 --table \
-		--env ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST --json build/bench/transport.json
-	$(PY) benchmarks/speech.py --turns 8 --json build/bench/speech.json
-	$(PY) benchmarks/fusion_core.py --json build/bench/fusion_core.json
-	$(PY) benchmarks/audio_encoders.py --json build/bench/audio_encoders.json
-	$(PY) benchmarks/vision_encoder.py --json build/bench/vision_encoder.json
-	$(PY) benchmarks/power.py --seconds 60 --json build/bench/power.json
+	$(PY) scripts/run_benchmarks.py --out build/bench
 
 # Re-pin every Python dependency to what is installed now (after changing requirements/*.txt).
 lock:

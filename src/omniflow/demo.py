@@ -1,11 +1,16 @@
-"""The demo: the sensor nodes on bundled samples, and what they publish, over real DDS.
+"""The demo: the omniflow graph on a recorded session, and what it made of it.
 
-Runs the audio capture node on a bundled speech recording and the camera node on a bundled
-video, each in its own process, subscribes to both from this process and prints, once a
-second, what arrives: counts, rates, stamp spacing in stream time, lost blocks, transport
-delay and the audio level; at the end, a summary and a text preview of the last frame.
+Replays a session bag (by default the bundled ``session.mcap``: a user asking "What is this?"
+while pointing at a cup, an echo of the robot's own voice, a barge-in) into the replay
+profile's nodes (fusion, speech to the null sink, and whichever of the dialogue and power
+nodes exist), each in its own process on /clock, records their outputs, and prints the
+transcript, the frames each association chose and the response as it streams; at the end a
+per-stage latency table. It writes a timeline picture, a JSON report, the chosen frames and
+the recorded outputs (a bag) under an output directory it prints.
 
-    python -m omniflow.demo [--seconds 6] [--audio FILE.wav] [--video FILE]
+    omniflow demo                                   # the bundled session
+    omniflow demo --bag my_session/                 # a bag of yours (audio + image_raw)
+    omniflow demo --audio me.wav --video me.mp4     # your own files (made into a bag first)
 """
 
 from __future__ import annotations
@@ -13,121 +18,299 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
+import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
-from omniflow.graph import CAPTURE_NODES, frame_publisher_env, graph_nodes, sample_overrides
+from omniflow import report
+from omniflow.bag import BagReader, BagWriter, decode
+from omniflow.errors import BagError, OmniflowError, SourceError
+from omniflow.graph import INPUT_TOPICS, PROFILES, TOPICS, output_topics, profile_nodes
 from omniflow.launcher import NodeProcess
 from omniflow.resources import sample, share_dir
 
 NAMESPACE = "/omniflow_demo"
-_PREVIEW_CHARS = " .:-=+*#%@"
-_FIRST_MESSAGE_TIMEOUT_S = 30.0
+# Models load on configure: generous on a loaded 2-core machine.
+READY_TIMEOUT_S = 120.0
+SUBSCRIBER_TIMEOUT_S = 30.0
+# /clock keeps running this long after the last message, so the end of speech is heard.
+TAIL_S = 2.5
+# Wall time for the last outputs to arrive after the tail.
+SETTLE_S = 1.0
+# Recorded besides the outputs: the microphone (for the capture row and the timeline) and
+# the diagnostics (the fusion node's stage times).
+EXTRA_RECORDED = ("audio", "/diagnostics")
+ACTIVE = 3  # lifecycle_msgs/State.PRIMARY_STATE_ACTIVE
 
 
-def _stats_line(label: str, stamps_ns: list[int], arrivals_ns: list[int]) -> str:
-    if len(stamps_ns) < 2:
-        return f"{label}: {len(stamps_ns)} received"
-    spacing_ms = np.diff(stamps_ns) / 1e6
-    delay_ms = (np.array(arrivals_ns) - np.array(stamps_ns)) / 1e6
-    rate = (len(stamps_ns) - 1) / ((arrivals_ns[-1] - arrivals_ns[0]) / 1e9 or 1.0)
-    return (f"{label}: {len(stamps_ns):5d} received, {rate:5.1f}/s, stamp spacing "
-            f"{np.median(spacing_ms):6.2f} ms (min {spacing_ms.min():.2f}, max "
-            f"{spacing_ms.max():.2f}), stamp-to-arrival {np.median(delay_ms):6.2f} ms")
+def default_bag() -> Path:
+    """The bundled sample session."""
+    return sample("session.mcap")
 
 
-def preview(gray: np.ndarray, columns: int = 48) -> str:
-    """A text rendering of a grayscale image, for a terminal."""
-    height, width = gray.shape
-    rows = max(1, int(height / width * columns * 0.5))
-    ys = (np.arange(rows) * height / rows).astype(int)
-    xs = (np.arange(columns) * width / columns).astype(int)
-    levels = gray[np.ix_(ys, xs)].astype(int) * (len(_PREVIEW_CHARS) - 1) // 255
-    return "\n".join("".join(_PREVIEW_CHARS[v] for v in row) for row in levels)
+@dataclass
+class SessionResult:
+    """One run: where its files are, and the decoded run for reports and comparisons."""
+
+    out_dir: Path
+    input_bag: Path
+    outputs_bag: Path
+    run: report.Run
+    problems: list[str] = field(default_factory=list)
 
 
-def level_dbfs(samples: np.ndarray) -> float:
-    """RMS level of int16 samples in dB relative to full scale."""
-    rms = np.sqrt(np.mean((samples.astype(np.float64) / 32768.0) ** 2))
-    return 20 * np.log10(max(rms, 1e-6))
+class Progress:
+    """Steps and a progress line on stderr (overwritten in place on a terminal)."""
+
+    def __init__(self, quiet: bool = False) -> None:
+        self.quiet = quiet
+        self._tty = sys.stderr.isatty()
+        self._step = 0
+
+    def step(self, text: str, total: int = 5) -> None:
+        self._step += 1
+        if not self.quiet:
+            print(f"[{self._step}/{total}] {text}", file=sys.stderr, flush=True)
+
+    def bar(self, done: float, total: float, what: str, unit: str = " s") -> None:
+        if self.quiet:
+            return
+        width = 30
+        filled = int(width * min(done / total, 1.0)) if total else width
+        line = (f"      [{'#' * filled}{'.' * (width - filled)}] {done:5.1f} / "
+                f"{total:.1f}{unit} {what}")
+        if self._tty:
+            print("\r" + line, end="" if done < total else "\n", file=sys.stderr, flush=True)
+        elif done >= total or int(done) % 4 == 0:
+            print(line, file=sys.stderr, flush=True)
 
 
-def run(seconds: float, audio: Path, video: Path) -> int:
+class LivePrinter:
+    """Prints what the graph says as it arrives: transcripts, associations, response text."""
+
+    def __init__(self, start_ns: int, out: Callable[[str], None] | None = None) -> None:
+        self._start_ns = start_ns
+        self._out = out or (lambda text: print(text, flush=True))
+        self._lock = threading.Lock()
+        self._turn: int | None = None
+
+    def _t(self, ns: int) -> str:
+        return f"[{(ns - self._start_ns) / 1e9:6.2f} s]"
+
+    def __call__(self, topic: str, msgtype: str, stamp_ns: int, raw: bytes) -> None:
+        if topic not in ("transcript", "associations", "response"):
+            return
+        msg = decode(raw, msgtype)
+        with self._lock:
+            if topic == "transcript" and msg.is_final:
+                self._end_response()
+                self._out(f"{self._t(report.stamp_ns(msg.end))} heard (utterance "
+                          f"{msg.utterance_id}): \"{msg.text}\"")
+            elif topic == "associations":
+                self._end_response()
+                chosen = [c for c in msg.candidates if c.chosen]
+                frames = ", ".join(f"{(report.stamp_ns(c.stamp) - self._start_ns) / 1e9:.3f} s"
+                                   f" (score {c.score:.2f})" for c in chosen) or "none"
+                self._out(f"{self._t(report.stamp_ns(msg.trigger.stamp))} speech onset: "
+                          f"chose frame(s) {frames} of {len(msg.candidates)} in the window")
+            elif topic == "response":
+                if self._turn != msg.turn_id:
+                    self._end_response()
+                    self._turn = msg.turn_id
+                    print(f"{self._t(report.stamp_ns(msg.header.stamp))} robot (turn "
+                          f"{msg.turn_id}): ", end="", flush=True)
+                print(msg.text_delta, end="", flush=True)
+                if msg.is_final:
+                    self._end_response()
+
+    def _end_response(self) -> None:
+        if self._turn is not None:
+            print(flush=True)
+            self._turn = None
+
+
+def _lifecycle_state(client) -> int | None:
+    """The state id a lifecycle node reports, or None when it does not answer in time."""
+    from lifecycle_msgs.srv import GetState
+
+    future = client.call_async(GetState.Request())
+    done = threading.Event()
+    future.add_done_callback(lambda _: done.set())
+    return future.result().current_state.id if done.wait(5.0) else None
+
+
+def wait_ready(node, processes: list[NodeProcess], timeout_s: float,
+                progress: Progress) -> None:
+    """Wait until every node process is in the graph and, if it is a lifecycle node, active;
+    raise OmniflowError with the node's output if one dies or does not get there in time."""
+    from lifecycle_msgs.srv import GetState
+
+    deadline = time.monotonic() + timeout_s
+    for index, process in enumerate(processes):
+        spec = process.spec
+        full = f"{spec.namespace.rstrip('/')}/{spec.name}"
+        state_service = f"{full}/get_state"
+        client = None
+        while True:
+            if not process.running:
+                raise OmniflowError(f"node {spec.name} exited with "
+                                    f"{process.process.returncode}:\n{process.output()}")
+            if time.monotonic() > deadline:
+                raise OmniflowError(f"node {spec.name} was not ready within {timeout_s:.0f} s:"
+                                    f"\n{process.output()}")
+            services = dict(node.get_service_names_and_types())
+            if state_service in services:
+                client = client or node.create_client(GetState, state_service)
+                if _lifecycle_state(client) == ACTIVE:
+                    break
+            elif (spec.name, spec.namespace or "/") in node.get_node_names_and_namespaces() \
+                    and time.monotonic() > deadline - timeout_s + 5.0:
+                break  # a plain node: being in the graph is enough
+            time.sleep(0.2)
+        if client is not None:
+            node.destroy_client(client)
+        progress.bar(index + 1, len(processes), f"nodes ready ({spec.name})", unit="")
+
+
+def run_session(bag: Path, *, out_dir: Path | None = None, rate: float = 1.0,
+                quiet: bool = False, namespace: str = NAMESPACE) -> SessionResult:
+    """Replay ``bag`` through the replay profile's nodes and record what they publish."""
     import rclpy
-    from sensor_msgs.msg import Image
+    from rclpy.parameter import Parameter
 
-    from omniflow.msg import AudioChunk
-    from omniflow.ros.conversions import audio_samples, image_pixels, ns_from_time
-    from omniflow.ros.monitor import TopicRecorder, spinning
-    from omniflow.ros.qos import SENSOR_DATA
+    from omniflow.ros.bag_io import Player, Recorder
+    from omniflow.ros.monitor import spinning
 
-    overrides = sample_overrides(str(audio), str(video))
-    camera_env = frame_publisher_env(str(share_dir()))
-    nodes = [NodeProcess(spec) for spec in graph_nodes(CAPTURE_NODES, NAMESPACE, overrides,
-                                                       camera_env=camera_env)]
+    progress = Progress(quiet)
+    out_dir = Path(out_dir or tempfile.mkdtemp(prefix="omniflow-demo-"))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    progress.step(f"reading {bag}")
+    reader = BagReader(bag)
+    reader.require(INPUT_TOPICS)
+    problems = list(reader.problems)
+    for name, msgtype in reader.unknown_types().items():
+        problems.append(f"topic {name} has an unknown message type {msgtype}: not replayed")
+    for line in problems:
+        print(f"warning: {line}", file=sys.stderr)
+    inputs = reader.resolve([spec.name for spec in TOPICS])  # graph name -> the bag's name
+    start_ns = min(m.timestamp_ns for m in reader.messages([inputs[INPUT_TOPICS[0]]]))
+    replay = PROFILES["replay"]
+    specs = profile_nodes("replay", str(share_dir()), namespace,
+                          overrides={"speech": {"sink": "null"}})
+    progress.step(f"starting {', '.join(replay.nodes)} (one process each, on /clock)")
+    processes = [NodeProcess(spec) for spec in specs]
     context = rclpy.Context()
     rclpy.init(context=context)
-    node = rclpy.create_node("omniflow_demo_monitor", context=context)
-    audio_rec = TopicRecorder(node, AudioChunk, f"{NAMESPACE}/audio", SENSOR_DATA)
-    image_rec = TopicRecorder(node, Image, f"{NAMESPACE}/image_raw", SENSOR_DATA, keep=500)
-    print(f"omniflow demo: audio {audio.name} -> {NAMESPACE}/audio (omniflow/msg/AudioChunk), "
-          f"video {video.name} -> {NAMESPACE}/image_raw (sensor_msgs/Image)")
+    monitor = rclpy.create_node("omniflow_monitor", namespace=namespace, context=context,
+                                parameter_overrides=[Parameter("use_sim_time", value=True)])
+    player_node = rclpy.create_node("omniflow_player", namespace=namespace, context=context)
+    if not quiet:  # the recorder's per-topic lines would drown the conversation
+        monitor.get_logger().set_level(rclpy.logging.LoggingSeverity.WARN)
+    else:
+        monitor.get_logger().set_level(rclpy.logging.LoggingSeverity.ERROR)
+    outputs_bag = out_dir / "outputs"
+    if outputs_bag.exists():
+        import shutil
+        shutil.rmtree(outputs_bag)
+    recorded = [spec.name for spec in output_topics(replay.nodes)] + list(EXTRA_RECORDED)
+    printer = LivePrinter(start_ns, out=(lambda text: None) if quiet else None)
     try:
-        with spinning(node):
-            try:
-                audio_rec.wait_for(1, _FIRST_MESSAGE_TIMEOUT_S)
-                image_rec.wait_for(1, _FIRST_MESSAGE_TIMEOUT_S)
-            except TimeoutError as err:
-                print(f"error: {err}", file=sys.stderr)
-                for process in nodes:
-                    print(f"--- {process.spec.name} output ---\n{process.output()}",
-                          file=sys.stderr)
-                return 1
-            end = time.monotonic() + seconds
-            while time.monotonic() < end:
-                time.sleep(1.0)
-                chunks, frames = audio_rec.received, image_rec.received
-                last = chunks[-1].msg
-                print(f"[{len(chunks) * 0.04:5.1f} s] audio seq {last.sequence:5d}  level "
-                      f"{level_dbfs(audio_samples(last)):6.1f} dBFS | video "
-                      f"{frames[-1].msg.width}x{frames[-1].msg.height} "
-                      f"{frames[-1].msg.encoding}, {len(frames)} frames")
-            chunks, frames = audio_rec.received, image_rec.received
-        print("\nsummary (stamps are capture times in stream time; arrival is this process)")
-        for label, items in (("audio", chunks), ("video", frames)):
-            stamps = [ns_from_time(item.msg.header.stamp) for item in items]
-            print("  " + _stats_line(label, stamps, [item.wall_ns for item in items]))
-        sequences = [item.msg.sequence for item in chunks]
-        lost = int(np.sum(np.maximum(np.diff(sequences) - 1, 0))) if len(sequences) > 1 else 0
-        print(f"  audio blocks lost in transport or capture: {lost}")
-        rgb = image_pixels(frames[-1].msg)
-        print(f"\nlast frame ({frames[-1].msg.header.stamp.sec}."
-              f"{frames[-1].msg.header.stamp.nanosec:09d}):")
-        print(preview(rgb.mean(axis=2) if rgb.ndim == 3 else rgb))
-        return 0
+        with spinning(monitor), BagWriter(outputs_bag) as writer:
+            recorder = Recorder(monitor, writer, recorded, namespace, on_message=printer)
+            wait_ready(monitor, processes, READY_TIMEOUT_S, progress)
+            replayed = [t for t in inputs.values() if t not in reader.unknown_types()]
+            player = Player(player_node, reader, topics=replayed, namespace=namespace,
+                            rate=rate, clock=True, remap={b: g for g, b in inputs.items()})
+            missing = player.wait_for_subscribers(
+                SUBSCRIBER_TIMEOUT_S, [inputs[t] for t in INPUT_TOPICS])
+            if missing:
+                raise OmniflowError(f"no subscriber on {', '.join(missing)} after "
+                                    f"{SUBSCRIBER_TIMEOUT_S:.0f} s")
+            duration_s = (max(m.timestamp_ns for m in reader.messages(
+                [inputs[INPUT_TOPICS[0]]])) - start_ns) / 1e9
+            progress.step(f"replaying {duration_s:.1f} s of {bag.name} at {rate:g}x "
+                          f"({', '.join(player.topics)})")
+            player.play(progress=lambda done, total: progress.bar(done / 1e9, total / 1e9,
+                                                                  "played"),
+                        tail_s=TAIL_S, preroll_s=0.5)
+            time.sleep(SETTLE_S)
+            recorder.close()
+        progress.step("stopping the nodes")
     finally:
-        node.destroy_node()
+        player_node.destroy_node()
+        monitor.destroy_node()
         rclpy.shutdown(context=context)
-        for process in nodes:
+        for process in processes:
             process.close()
+    run = report.Run.from_bags(outputs_bag, bag, skip_by_bag={1: ("audio", "played_audio")})
+    run.start_ns = start_ns
+    run.problems = problems + run.problems
+    return SessionResult(out_dir, bag, outputs_bag, run, problems)
+
+
+def print_summary(result: SessionResult) -> dict[str, Path]:
+    """The transcript, chosen frames, responses, latency table; writes the report files."""
+    run = result.run
+    print("\ntranscript:")
+    for entry in report.transcripts(run) or [{"start_s": 0, "end_s": 0, "text": "(nothing)",
+                                               "utterance_id": 0}]:
+        print(f"  {entry['start_s']:6.2f}-{entry['end_s']:6.2f} s  utterance "
+              f"{entry['utterance_id']}: \"{entry['text']}\"")
+    print("\nframes the association chose (speech onset -> frame times):")
+    for entry in report.associations(run):
+        chosen = ", ".join(f"{c:.3f} s" for c in entry["chosen_s"]) or "none"
+        print(f"  onset {entry['trigger_s']:6.2f} s -> {chosen} "
+              f"(of {entry['candidates']} candidates)")
+    turns = report.responses(run)
+    print("\nresponse:" if turns else "\nresponse: n/a (no node publishes `response` yet)")
+    for turn in turns:
+        print(f"  turn {turn['turn_id']}: {turn['text']}")
+    for topic, counts in report.delivered(run).items():
+        if counts["fusion"] < 0.95 * counts["monitor"]:
+            print(f"\nnote: fusion received {counts['fusion']} of {counts['monitor']} {topic} "
+                  "messages: this machine was too busy to keep up; try --rate 0.5")
+    print("\nlatency per stage (bag replay on this machine):")
+    print(report.latency_table(report.latency(run)))
+    paths = report.write(run, result.out_dir)
+    print(f"\nwrote under {result.out_dir}:")
+    print(f"  {paths['json'].name}, {paths['timeline'].name}, "
+          f"{len(paths) - 2} chosen frame(s), outputs/ (the recorded outputs, MCAP)")
+    return paths
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=6.0, help="how long to watch")
-    parser.add_argument("--audio", type=Path, help="a WAV/FLAC file instead of the sample")
-    parser.add_argument("--video", type=Path, help="a video file instead of the sample")
+    parser = argparse.ArgumentParser(prog="omniflow demo", description=__doc__.splitlines()[0])
+    parser.add_argument("--bag", type=Path, help="a session bag (MCAP file or rosbag2 "
+                        "directory) with audio and image_raw; default: the bundled session")
+    parser.add_argument("--audio", type=Path, help="a sound file (any rate: resampled to "
+                        "16 kHz mono) instead of a bag; needs --video")
+    parser.add_argument("--video", type=Path, help="a video file; needs --audio")
+    parser.add_argument("--out", type=Path, help="output directory (default: a new "
+                        "temporary one, printed)")
+    parser.add_argument("--rate", type=float, default=1.0, help="replay rate factor")
     args = parser.parse_args(argv)
-    # Keep the demo's DDS traffic on this machine unless the user configured otherwise.
+    if (args.audio is None) != (args.video is None):
+        parser.error("--audio and --video go together")
+    if args.bag and args.audio:
+        parser.error("give either --bag or --audio/--video")
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
-    audio = args.audio or sample("hello.wav")
-    video = args.video or sample("scene.avi")
-    for path in (audio, video):
-        if not path.is_file():
-            parser.error(f"{path} does not exist")
-    return run(args.seconds, audio.resolve(), video.resolve())
+    out_dir = args.out or Path(tempfile.mkdtemp(prefix="omniflow-demo-"))
+    try:
+        if args.audio:
+            from omniflow.session import session_from_files
+            bag = session_from_files(args.audio, args.video, out_dir / "input.mcap",
+                                     warn=lambda text: print(f"note: {text}", file=sys.stderr))
+        else:
+            bag = args.bag or default_bag()
+        result = run_session(bag, out_dir=out_dir, rate=args.rate)
+    except (BagError, SourceError, OmniflowError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    print_summary(result)
+    return 0
 
 
 if __name__ == "__main__":

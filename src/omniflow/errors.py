@@ -45,3 +45,7 @@ class DeviceNotFoundError(SourceError, SinkError):
 class RemoteCallError(OmniflowError):
     """A call to another node (a parameter or lifecycle service) timed out, was not
     available, or was refused; the message names the node, the call and the reason."""
+
+
+class BagError(OmniflowError):
+    """A recorded bag is missing, unreadable, truncated, or lacks the topics or types asked for."""

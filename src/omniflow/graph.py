@@ -1,24 +1,182 @@
 """The nodes of an omniflow graph, as plain data: one description that the launch files,
-the demo and the tests all start from (``ros2 launch`` on robots, child processes here).
-No ROS imports."""
+the ``omniflow`` command, the demo and the tests all start from (``ros2 launch`` on robots,
+child processes here). No ROS imports.
+
+Three tables describe the graph, and everything else is derived from them by name:
+
+- ``GRAPH_NODES``: the nodes, in launch order (a new node is one more name here);
+- ``TOPICS``: every topic of the graph with its type, QoS and publishing node; the recorder,
+  the replay regression and the demo report use the topics whose publisher is running, so a
+  node's topics are picked up as soon as the node is in ``GRAPH_NODES``;
+- ``PROFILES``: how the graph runs on a robot PC, a Raspberry Pi 5 + Coral, and from a bag.
+"""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 
+from omniflow.errors import ConfigError
 from omniflow.launcher import NodeSpec
 
 # Capture nodes own a device: launch files respawn them when they die.
 CAPTURE_NODES = ("audio_capture", "camera")
 # Every node of the graph so far, in launch order.
 GRAPH_NODES = (*CAPTURE_NODES, "fusion", "dialogue", "speech", "power_manager")
+# Seconds before a dead capture node is started again.
+RESPAWN_DELAY_S = 2.0
 
 # The Fast DDS profile for processes that publish camera frames (config/fastdds/): a 16 MiB
 # shared-memory segment instead of 512 KiB, so a full-HD frame crosses processes in ~9 ms
 # instead of ~21 ms, and best-effort frames are not lost (benchmarks/README.md).
 FRAME_PUBLISHER_PROFILE = ("config", "fastdds", "large_frames.xml")
 DDS_PROFILE_VARIABLE = "FASTRTPS_DEFAULT_PROFILES_FILE"
+
+# QoS kinds of omniflow.ros.qos, by name (this module stays free of rclpy).
+SENSOR_DATA, LATCHED, EVENTS = "sensor_data", "latched", "events"
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    """One topic of the graph: relative name, ROS type (``pkg/msg/Name``; ``""``: whatever
+    the running publisher declares), QoS kind, and the node that publishes it."""
+
+    name: str
+    msg_type: str
+    qos: str
+    publisher: str
+    description: str = ""
+
+
+# Every topic of the graph, the inputs first. Topics of nodes that are not running are skipped
+# by whoever reads this table, so the topics of nodes still to come are listed already.
+TOPICS = (
+    TopicSpec("audio", "omniflow/msg/AudioChunk", SENSOR_DATA, "audio_capture",
+              "microphone blocks, 40 ms at 16 kHz, stamped with the first sample's capture time"),
+    TopicSpec("image_raw", "sensor_msgs/msg/Image", SENSOR_DATA, "camera",
+              "camera frames"),
+    TopicSpec("transcript", "omniflow/msg/Transcript", EVENTS, "fusion",
+              "what the user said: partials, then the final text"),
+    TopicSpec("associations", "omniflow/msg/Association", EVENTS, "fusion",
+              "which frames joined the context of each speech onset, and why"),
+    TopicSpec("voice_activity", "omniflow/msg/VoiceActivity", EVENTS, "fusion",
+              "the user's speech events with the robot's echo removed"),
+    TopicSpec("scene", "omniflow/msg/Scene", EVENTS, "fusion",
+              "each encoded frame in words, and whether a person is in view"),
+    TopicSpec("user_said", "omniflow/msg/Transcript", EVENTS, "dialogue",
+              "each utterance that starts a turn"),
+    TopicSpec("response", "omniflow/msg/ResponseChunk", EVENTS, "dialogue",
+              "the answer, streamed piece by piece"),
+    TopicSpec("dialogue_state", "omniflow/msg/DialogueState", LATCHED, "dialogue",
+              "listening, user speaking, thinking, speaking, interrupted"),
+    TopicSpec("speech_state", "omniflow/msg/SpeechState", LATCHED, "speech",
+              "speaking or idle, turn, phrase"),
+    TopicSpec("played_audio", "omniflow/msg/AudioChunk", SENSOR_DATA, "speech",
+              "every block sent to the speaker: the echo reference"),
+    TopicSpec("power_state", "omniflow/msg/PowerState", LATCHED, "power_manager",
+              "power mode and the readings behind it"),
+)
+# What a recorded session must hold to be replayed through the graph.
+INPUT_TOPICS = ("audio", "image_raw")
+# Published by the bag player for use_sim_time (absolute name, rosgraph_msgs/msg/Clock).
+CLOCK_TOPIC = "/clock"
+
+
+def topic(name: str) -> TopicSpec:
+    """The graph's topic of that (relative) name; ConfigError naming the known ones."""
+    for spec in TOPICS:
+        if spec.name == name:
+            return spec
+    raise ConfigError(f"unknown topic {name!r}; the graph's topics: "
+                      f"{', '.join(spec.name for spec in TOPICS)}")
+
+
+def graph_topic_name(name: str) -> str:
+    """The graph's relative name for a recorded topic name: ``/audio`` and ``/robot1/audio``
+    (as ``ros2 bag record`` writes them) are ``audio``; other names are returned unchanged."""
+    for spec in sorted(TOPICS, key=lambda s: -len(s.name)):
+        if name == spec.name or name.endswith("/" + spec.name):
+            return spec.name
+    return name
+
+
+def topics_of(nodes: tuple[str, ...]) -> tuple[TopicSpec, ...]:
+    """The topics published by these nodes, in table order."""
+    return tuple(spec for spec in TOPICS if spec.publisher in nodes)
+
+
+def output_topics(nodes: tuple[str, ...] = GRAPH_NODES) -> tuple[TopicSpec, ...]:
+    """What the graph produces from its inputs (everything but the capture topics)."""
+    return tuple(spec for spec in topics_of(nodes) if spec.name not in INPUT_TOPICS)
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One way to run the graph: its nodes, YAML file (under ``config/``), whether nodes use
+    /clock, and topic remappings by node name."""
+
+    name: str
+    params_file: str
+    nodes: tuple[str, ...]
+    use_sim_time: bool = False
+    description: str = ""
+    remappings: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+
+
+# Replay feeds the bag's audio and frames in place of the capture nodes, on /clock.
+PROFILES = {
+    "pc": Profile("pc", "robot.yaml", GRAPH_NODES,
+                  description="robot PC: default microphone, /dev/video0, default speaker"),
+    "pi": Profile("pi", "pi.yaml", GRAPH_NODES,
+                  description="Raspberry Pi 5 + Coral: USB microphone, Camera Module"),
+    "replay": Profile("replay", "replay.yaml",
+                      tuple(n for n in GRAPH_NODES if n not in CAPTURE_NODES),
+                      use_sim_time=True,
+                      description="a recorded bag in place of the capture nodes, on /clock",
+                      # The recorded microphone holds the echo of what was played when it was
+                      # recorded (the bag's played_audio), not of what is played now: the live
+                      # speech node's blocks must not reach the echo stage as its reference.
+                      remappings={"speech": {"played_audio": "replay/played_audio"}}),
+}
+
+
+def profile(name: str) -> Profile:
+    """The profile of that name; ConfigError naming the known ones."""
+    try:
+        return PROFILES[name]
+    except KeyError:
+        raise ConfigError(f"unknown profile {name!r}; choose one of "
+                          f"{', '.join(PROFILES)}") from None
+
+
+@dataclass(frozen=True)
+class LaunchNode:
+    """What a launch file (or ``omniflow run``) starts for one node."""
+
+    name: str
+    executable: str
+    params_files: tuple[str, ...]
+    use_sim_time: bool
+    respawn: bool
+    respawn_delay: float
+    env: Mapping[str, str]
+    remappings: Mapping[str, str] = field(default_factory=dict)
+
+
+def launch_nodes(profile_name: str, share_dir: str, params_file: str | None = None,
+                 camera_env: Mapping[str, str] | None = None) -> list[LaunchNode]:
+    """The nodes of a profile as launch actions need them: executable, parameter files (the
+    profile's YAML, or ``params_file`` in its place), use_sim_time, respawn for capture nodes,
+    and the camera's DDS profile (``camera_env``; default :func:`frame_publisher_env`)."""
+    chosen = profile(profile_name)
+    files = (params_file or os.path.join(share_dir, "config", chosen.params_file),)
+    env = frame_publisher_env(share_dir) if camera_env is None else dict(camera_env)
+    return [LaunchNode(name=name, executable=name, params_files=files,
+                       use_sim_time=chosen.use_sim_time, respawn=name in CAPTURE_NODES,
+                       respawn_delay=RESPAWN_DELAY_S, env=env if name == "camera" else {},
+                       remappings=dict(chosen.remappings.get(name, {})))
+            for name in chosen.nodes]
 
 
 def frame_publisher_env(share_dir: str) -> dict[str, str]:
@@ -32,18 +190,67 @@ def frame_publisher_env(share_dir: str) -> dict[str, str]:
 def graph_nodes(names: tuple[str, ...] = GRAPH_NODES, namespace: str = "",
                 overrides: Mapping[str, Mapping[str, object]] | None = None,
                 log_level: str = "info",
-                camera_env: Mapping[str, str] | None = None) -> list[NodeSpec]:
-    """The named nodes, with per-node parameter overrides by node name, and extra
-    environment for the camera process (see :func:`frame_publisher_env`)."""
+                camera_env: Mapping[str, str] | None = None,
+                remappings: Mapping[str, Mapping[str, str]] | None = None) -> list[NodeSpec]:
+    """The named nodes, with per-node parameter overrides and topic remappings by node name,
+    and extra environment for the camera process (see :func:`frame_publisher_env`)."""
     overrides = overrides or {}
+    remappings = remappings or {}
     envs = {"camera": dict(camera_env or {})}
     return [NodeSpec(module=f"omniflow.nodes.{name}", name=name,
                      parameters=dict(overrides.get(name, {})), namespace=namespace,
-                     log_level=log_level, env=envs.get(name, {}))
+                     log_level=log_level, env=envs.get(name, {}),
+                     remappings=dict(remappings.get(name, {})))
             for name in names]
+
+
+def profile_nodes(profile_name: str, share_dir: str, namespace: str = "",
+                  overrides: Mapping[str, Mapping[str, object]] | None = None,
+                  log_level: str = "info", params_file: str | None = None) -> list[NodeSpec]:
+    """A profile's nodes as child processes (``omniflow run``): the profile's YAML section of
+    each node, then ``overrides``, then use_sim_time; the camera with its DDS profile."""
+    import yaml
+
+    chosen = profile(profile_name)
+    path = params_file or os.path.join(share_dir, "config", chosen.params_file)
+    try:
+        with open(path, encoding="utf-8") as stream:
+            sections = yaml.safe_load(stream) or {}
+    except (OSError, yaml.YAMLError) as err:
+        raise ConfigError(f"cannot read parameters file {path}: {err}") from err
+    merged: dict[str, dict[str, object]] = {}
+    for name in chosen.nodes:
+        values: dict[str, object] = {}
+        for key in ("/**", name):
+            values.update((sections.get(key) or {}).get("ros__parameters") or {})
+        values.update((overrides or {}).get(name, {}))
+        if chosen.use_sim_time:
+            values["use_sim_time"] = True
+        merged[name] = values
+    return graph_nodes(chosen.nodes, namespace, merged, log_level,
+                       camera_env=frame_publisher_env(share_dir), remappings=chosen.remappings)
 
 
 def sample_overrides(audio_path: str, video_path: str) -> dict[str, dict[str, object]]:
     """Parameters that run the sensor nodes on recorded files instead of devices."""
     return {"audio_capture": {"source": "file", "file.path": audio_path, "file.loop": True},
             "camera": {"source": "video", "path": video_path, "fps": 15.0}}
+
+
+_QOS_TEXT = {SENSOR_DATA: "sensor data (best effort, last 5)",
+             LATCHED: "latched (reliable, transient local, depth 1)",
+             EVENTS: "events (reliable, last 50)"}
+
+
+def topic_table() -> str:
+    """The graph's topics as a Markdown table (embedded in the README; a test compares)."""
+    rows = ["| topic | type | QoS | published by | what |", "|---|---|---|---|---|"]
+    for spec in TOPICS:
+        kind = f"`{spec.msg_type.replace('/msg/', '/')}`" if spec.msg_type else "(the node's)"
+        rows.append(f"| `{spec.name}` | {kind} | {_QOS_TEXT[spec.qos]} | {spec.publisher} | "
+                    f"{spec.description} |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    print(f"<!-- topics -->\n{topic_table()}\n<!-- /topics -->")

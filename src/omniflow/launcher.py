@@ -108,3 +108,47 @@ class NodeProcess:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+class Supervisor:
+    """Runs node processes and starts again, ``respawn_delay_s`` after it exits, each one whose
+    name is in ``respawn`` (what ``respawn=True`` does in a launch file). Call :meth:`poll`
+    regularly; ``report`` gets one line per exit and per respawn."""
+
+    def __init__(self, specs: list[NodeSpec], respawn: set[str] | frozenset[str],
+                 respawn_delay_s: float, report=print,
+                 env: Mapping[str, str] | None = None) -> None:
+        self._respawn = set(respawn)
+        self._delay_s = respawn_delay_s
+        self._report = report
+        self._env = env
+        self._died_at: dict[str, float] = {}
+        self.respawns: dict[str, int] = {spec.name: 0 for spec in specs}
+        self.processes: dict[str, NodeProcess] = {}
+        for spec in specs:
+            self.processes[spec.name] = NodeProcess(spec, env)
+
+    def poll(self, now: float | None = None) -> None:
+        """Report processes that exited; restart those due for a respawn."""
+        import time
+
+        now = time.monotonic() if now is None else now
+        for name, process in list(self.processes.items()):
+            if process.running:
+                continue
+            if name not in self._died_at:
+                self._died_at[name] = now
+                tail = "\n".join(process.output().splitlines()[-10:])
+                again = f"; respawning in {self._delay_s:g} s" if name in self._respawn else ""
+                self._report(f"{name} exited with {process.process.returncode}{again}:\n{tail}")
+            elif name in self._respawn and now - self._died_at[name] >= self._delay_s:
+                process.close()
+                self.processes[name] = NodeProcess(process.spec, self._env)
+                self.respawns[name] += 1
+                del self._died_at[name]
+                self._report(f"respawned {name}")
+
+    def close(self) -> None:
+        """Stop every process (Ctrl-C first, as NodeProcess.stop escalates)."""
+        for process in self.processes.values():
+            process.close()

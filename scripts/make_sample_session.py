@@ -1,0 +1,206 @@
+#!/usr/bin/env python3
+"""Write the committed sample session ``test/data/samples/session.mcap``: a small rosbag2 (MCAP)
+of a conversation with the robot, what the demo and the replay regression run on.
+
+Topics: ``audio`` (omniflow/msg/AudioChunk: 40 ms, 16 kHz mono S16LE, what the microphone
+hears), ``image_raw`` (sensor_msgs/msg/Image: 320x240 rgb8 at 15 frames/s) and
+``played_audio`` (omniflow/msg/AudioChunk: 20 ms blocks of what the robot's speaker played,
+silence not published, as the speech node does). Every message's bag time equals its
+``header.stamp``; the session starts at 2026-01-01T00:00:00Z (``START_NS``).
+
+Timeline (seconds from the start):
+
+    0.0   scikit-image's "coffee" photograph (a cup on a saucer); a hand-like marker (a
+          skin-coloured palm with a pointing finger) enters from the right
+    1.0   the hand points at the cup (until 3.0); the user says "What is this?"
+    3.0   the hand withdraws
+    3.2   ECHO: the robot answers "That is a cup of coffee on a saucer." on the speaker;
+          the microphone hears only the robot's own voice (-10 dB, 25 ms later)
+    6.0   the scene cuts to scikit-image's "chelsea" (a cat); the hand enters again and
+          points at the cat from 6.6 (until 9.5)
+    6.4   the robot starts a long answer about coffee
+    7.5   BARGE-IN: the user talks over the robot: "Stop. What is that animal?"; the robot's
+          playback stops 0.3 s later (what a speech node would do on an INTERRUPTED state)
+    9.5   the hand withdraws; silence to the end (12.0)
+
+How it is made: espeak-ng speaks the user's and the robot's lines (en-us, 150 and 175
+words/min), resampled to 16 kHz (scripts/make_sample_audio.py's ``synthesise``); the
+microphone is the user's speech plus the echo of the played audio plus white noise at
+-60 dBFS from a fixed seed; frames are the photographs centre-cropped to 4:3, resized to
+320x240 and drawn over with the marker. Deterministic for a given espeak-ng, scikit-image
+and rosbags version. zstd-compressed MCAP chunks keep it at a few MB (refused above 10 MB).
+
+    python scripts/make_sample_session.py [--out test/data/samples/session.mcap]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import cv2
+import numpy as np
+import skimage.data
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from make_sample_audio import synthesise  # noqa: E402
+
+from omniflow.bag import BagMessage, encode, typestore, write_mcap_file  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_OUT = REPO / "test" / "data" / "samples" / "session.mcap"
+START_NS = 1_767_225_600 * 1_000_000_000  # 2026-01-01T00:00:00Z
+RATE = 16000
+CHUNK = 640            # 40 ms microphone blocks
+PLAYED_BLOCK = 320     # 20 ms speaker blocks
+FPS = 15.0
+WIDTH, HEIGHT = 320, 240
+DURATION_S = 12.0
+ECHO_GAIN, ECHO_DELAY_S = 0.316, 0.025  # -10 dB, 25 ms
+NOISE_DBFS = -60.0
+MAX_BYTES = 10_000_000
+
+USER_LINES = ((1.0, "What is this?"), (7.5, "Stop. What is that animal?"))
+ROBOT_LINES = ((3.2, "That is a cup of coffee on a saucer.", None),
+               (6.4, "Coffee is brewed from roasted beans, and many people drink it hot "
+                     "every morning before work.", 7.8))  # (start, text, cut at)
+# (from, to, photograph, marker path: (t0, x0, y0) -> (t1, x1, y1) segments, pixel coords)
+SCENES = (
+    (0.0, 6.0, "coffee", ((0.0, 380, 150), (1.0, 190, 125), (3.0, 190, 125), (3.6, 380, 150))),
+    (6.0, 12.0, "chelsea", ((6.0, 380, 170), (6.6, 150, 105), (9.5, 150, 105),
+                            (10.1, 380, 170))),
+)
+
+
+def photograph(name: str) -> np.ndarray:
+    """A scikit-image photograph, centre-cropped to 4:3 and resized to 320x240 (rgb8)."""
+    image = getattr(skimage.data, name)()
+    height, width = image.shape[:2]
+    if width * 3 > height * 4:
+        crop = height * 4 // 3
+        image = image[:, (width - crop) // 2:(width - crop) // 2 + crop]
+    else:
+        crop = width * 3 // 4
+        image = image[(height - crop) // 2:(height - crop) // 2 + crop]
+    return cv2.resize(np.ascontiguousarray(image), (WIDTH, HEIGHT), interpolation=cv2.INTER_AREA)
+
+
+def marker_position(path: tuple, t: float) -> tuple[int, int] | None:
+    """Fingertip position at ``t`` along the piecewise-linear path (None: off screen)."""
+    for (t0, x0, y0), (t1, x1, y1) in zip(path, path[1:], strict=False):
+        if t0 <= t <= t1:
+            a = (t - t0) / (t1 - t0) if t1 > t0 else 1.0
+            return round(x0 + a * (x1 - x0)), round(y0 + a * (y1 - y0))
+    return None
+
+
+def draw_hand(frame: np.ndarray, tip: tuple[int, int]) -> None:
+    """A hand pointing left: a palm (ellipse) with the index finger reaching to ``tip``."""
+    skin, outline = (224, 172, 140), (90, 50, 30)
+    x, y = tip
+    cv2.rectangle(frame, (x, y - 5), (x + 45, y + 5), skin, -1)
+    cv2.rectangle(frame, (x, y - 5), (x + 45, y + 5), outline, 1)
+    cv2.ellipse(frame, (x + 70, y + 12), (30, 24), 0, 0, 360, skin, -1)
+    cv2.ellipse(frame, (x + 70, y + 12), (30, 24), 0, 0, 360, outline, 1)
+    cv2.rectangle(frame, (x + 80, y + 30), (x + 130, y + 55), skin, -1)  # wrist
+
+
+def frames() -> list[tuple[float, np.ndarray]]:
+    photos = {name: photograph(name) for _, _, name, _ in SCENES}
+    out = []
+    for k in range(int(DURATION_S * FPS)):
+        t = k / FPS
+        start, end, name, path = next(s for s in SCENES if s[0] <= t < s[1])
+        frame = photos[name].copy()
+        tip = marker_position(path, t)
+        if tip is not None:
+            draw_hand(frame, tip)
+        out.append((t, frame))
+    return out
+
+
+def place(track: np.ndarray, samples: np.ndarray, at_s: float, gain: float = 1.0,
+          until_s: float | None = None) -> None:
+    start = round(at_s * RATE)
+    stop = min(len(track), start + len(samples))
+    if until_s is not None:
+        stop = min(stop, round(until_s * RATE))
+    track[start:stop] += samples[:stop - start].astype(np.float64) * gain
+
+
+def audio_tracks() -> tuple[np.ndarray, np.ndarray]:
+    """(microphone, played) as int16 at 16 kHz."""
+    total = int(DURATION_S * RATE)
+    mic, played = np.zeros(total), np.zeros(total)
+    for at, text in USER_LINES:
+        place(mic, synthesise(text, words_per_minute=150), at)
+    for at, text, cut in ROBOT_LINES:
+        voice = synthesise(text, words_per_minute=175)
+        place(played, voice, at, until_s=cut)
+        place(mic, voice, at + ECHO_DELAY_S, ECHO_GAIN, until_s=None if cut is None
+              else cut + ECHO_DELAY_S)
+    noise = np.random.default_rng(7).standard_normal(total) * 32768 * 10 ** (NOISE_DBFS / 20)
+    mic += noise
+    as_int16 = [np.clip(np.rint(x), -32768, 32767).astype(np.int16) for x in (mic, played)]
+    return as_int16[0], as_int16[1]
+
+
+def messages() -> list[BagMessage]:
+    store = typestore()
+    Time = store.types["builtin_interfaces/msg/Time"]
+    Header = store.types["std_msgs/msg/Header"]
+    AudioChunk = store.types["omniflow/msg/AudioChunk"]
+    Image = store.types["sensor_msgs/msg/Image"]
+
+    def header(offset_ns: int, frame_id: str):
+        sec, nanosec = divmod(START_NS + offset_ns, 1_000_000_000)
+        return Header(stamp=Time(sec=sec, nanosec=nanosec), frame_id=frame_id)
+
+    out: list[BagMessage] = []
+
+    def add(topic: str, msgtype: str, offset_ns: int, msg) -> None:
+        out.append(BagMessage(topic, msgtype, START_NS + offset_ns, encode(msg, msgtype)))
+
+    mic, played = audio_tracks()
+    for seq, start in enumerate(range(0, len(mic) - CHUNK + 1, CHUNK)):
+        offset = start * 1_000_000_000 // RATE
+        add("audio", "omniflow/msg/AudioChunk", offset, AudioChunk(
+            header=header(offset, "microphone"), sample_rate=RATE, channels=1,
+            format=AudioChunk.FORMAT_S16LE, sequence=seq,
+            data=np.frombuffer(mic[start:start + CHUNK].tobytes(), dtype=np.uint8)))
+    for start in range(0, len(played) - PLAYED_BLOCK + 1, PLAYED_BLOCK):
+        block = played[start:start + PLAYED_BLOCK]
+        if not block.any():
+            continue
+        offset = start * 1_000_000_000 // RATE
+        add("played_audio", "omniflow/msg/AudioChunk", offset, AudioChunk(
+            header=header(offset, "speaker"), sample_rate=RATE, channels=1,
+            format=AudioChunk.FORMAT_S16LE, sequence=start // PLAYED_BLOCK,
+            data=np.frombuffer(block.tobytes(), dtype=np.uint8)))
+    for t, frame in frames():
+        offset = round(t * 1e9)
+        add("image_raw", "sensor_msgs/msg/Image", offset, Image(
+            header=header(offset, "camera"), height=HEIGHT, width=WIDTH, encoding="rgb8",
+            is_bigendian=0, step=WIDTH * 3, data=frame.reshape(-1).copy()))
+    out.sort(key=lambda m: (m.timestamp_ns, m.topic))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="MCAP file to write")
+    args = parser.parse_args(argv)
+    if args.out.exists():
+        args.out.unlink()
+    write_mcap_file(args.out, messages())
+    size = args.out.stat().st_size
+    if size > MAX_BYTES:
+        args.out.unlink()
+        raise SystemExit(f"{args.out} would be {size / 1e6:.1f} MB (> {MAX_BYTES / 1e6:.0f} MB)")
+    print(f"wrote {args.out}: {DURATION_S:.1f} s, {size / 1e6:.2f} MB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

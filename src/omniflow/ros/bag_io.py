@@ -1,0 +1,275 @@
+"""Record topics into a bag and play a bag back, over real DDS (the ROS side of ``bag.py``).
+
+Both move raw CDR bytes: the recorder subscribes with ``raw=True`` and writes what arrives,
+the player publishes the recorded bytes, so no message is decoded on the way.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from rclpy.node import Node
+from rclpy.qos import QoSProfile
+
+from omniflow.bag import BagMessage, BagReader, BagWriter, known_type, message_class
+from omniflow.errors import BagError
+from omniflow.graph import CLOCK_TOPIC, EVENTS, LATCHED, SENSOR_DATA, TOPICS, graph_topic_name
+from omniflow.ros import qos as qos_profiles
+
+_QOS = {SENSOR_DATA: qos_profiles.SENSOR_DATA, LATCHED: qos_profiles.LATCHED,
+        EVENTS: qos_profiles.EVENTS}
+# Recorded sensor streams keep a deeper queue than a live consumer: the writer may pause.
+_RECORD_DEPTH = 100
+# How often the recorder looks for topics that appeared since it started (s).
+_DISCOVERY_PERIOD_S = 0.5
+
+
+def qos_for(relative_name: str, *, recording: bool = False) -> QoSProfile:
+    """The QoS the graph uses on a topic (``omniflow.graph.TOPICS``; events otherwise)."""
+    name = graph_topic_name(relative_name)
+    kind = next((spec.qos for spec in TOPICS if spec.name == name), EVENTS)
+    profile = _QOS[kind]
+    if recording and kind != LATCHED:
+        profile = QoSProfile(history=profile.history, depth=max(profile.depth, _RECORD_DEPTH),
+                             reliability=profile.reliability, durability=profile.durability)
+    return profile
+
+
+def _absolute(name: str, namespace: str) -> str:
+    return name if name.startswith("/") else f"{namespace.rstrip('/')}/{name}"
+
+
+class Recorder:
+    """Writes every message of the named topics (relative to ``namespace``) into a bag.
+
+    Names are relative to ``namespace`` (``/diagnostics``: absolute). A topic's type is the
+    graph's (``omniflow.graph.TOPICS``) or, for topics not in that table
+    or typed there as "whatever the publisher says", the type its publishers declare; topics
+    with no publisher yet are subscribed as soon as one appears. Timestamps are the receive
+    time on the node's clock (sim time under use_sim_time), as ``ros2 bag record`` does.
+    In the bag, topics keep the names they have relative to the namespace.
+    """
+
+    def __init__(self, node: Node, writer: BagWriter, topics: Iterable[str],
+                 namespace: str = "",
+                 on_message: Callable[[str, str, int, bytes], None] | None = None) -> None:
+        self._node = node
+        self._on_message = on_message
+        self._types: dict[str, str] = {}
+        self._writer = writer
+        self._namespace = namespace
+        self._wanted = set(topics)
+        self._lock = threading.Lock()
+        self._subscriptions: dict[str, object] = {}
+        self.skipped: dict[str, str] = {}   # topic -> why it is not recorded
+        self.closed = False
+        self._discover()
+        self._timer = node.create_timer(_DISCOVERY_PERIOD_S, self._discover)
+
+    @property
+    def subscribed(self) -> list[str]:
+        return sorted(self._subscriptions)
+
+    def _discover(self) -> None:
+        graph_types = dict(self._node.get_topic_names_and_types())
+        for name in sorted(self._wanted - set(self._subscriptions) - set(self.skipped)):
+            full = _absolute(name, self._namespace)
+            declared = next((s.msg_type for s in TOPICS if s.name == name), "")
+            types = graph_types.get(full, [])
+            msgtype = declared or (types[0] if types else "")
+            if not msgtype:
+                continue  # no publisher yet: look again later
+            if not known_type(msgtype):
+                self.skipped[name] = f"unknown message type {msgtype}"
+                self._node.get_logger().warning(f"not recording {full}: {self.skipped[name]}")
+                continue
+            self._writer.add_topic(name, msgtype)
+            self._types[name] = msgtype
+            self._subscriptions[name] = self._node.create_subscription(
+                message_class(msgtype), full, self._callback(name),
+                qos_for(name, recording=True), raw=True)
+            self._node.get_logger().info(f"recording {full} ({msgtype})")
+
+    def _callback(self, name: str) -> Callable[[bytes], None]:
+        def on_message(raw: bytes) -> None:
+            stamp = self._node.get_clock().now().nanoseconds
+            with self._lock:
+                if self.closed:
+                    return
+                self._writer.write(name, stamp, raw)
+            if self._on_message is not None:
+                self._on_message(name, self._types[name], stamp, raw)
+        return on_message
+
+    def close(self) -> dict[str, int]:
+        """Stop recording and close the bag (every message received so far is in it)."""
+        with self._lock:
+            self.closed = True
+            self._writer.close()
+        self._node.destroy_timer(self._timer)
+        for subscription in self._subscriptions.values():
+            self._node.destroy_subscription(subscription)
+        return dict(self._writer.counts)
+
+
+@dataclass
+class PlayStats:
+    """What a playback did."""
+
+    published: dict[str, int] = field(default_factory=dict)
+    skipped_topics: dict[str, str] = field(default_factory=dict)
+    loops: int = 0
+    late_ms_max: float = 0.0
+
+
+class Player:
+    """Publishes a bag's messages with their original timing (divided by ``rate``).
+
+    ``clock``: also publish ``/clock`` (rosgraph_msgs/Clock) from the bag's timeline, every
+    ``clock_period_s`` and before each message, for nodes with use_sim_time. Before the first
+    message it waits (up to ``wait_s``) until every topic it publishes has a subscriber, so
+    nothing is lost to discovery. Topics of unknown types are skipped and reported.
+    """
+
+    def __init__(self, node: Node, reader: BagReader, *, topics: Iterable[str] | None = None,
+                 namespace: str = "", rate: float = 1.0, clock: bool = False,
+                 clock_period_s: float = 0.01, remap: Mapping[str, str] | None = None) -> None:
+        if not rate > 0:
+            raise BagError(f"rate must be positive, got {rate}")
+        from rosgraph_msgs.msg import Clock
+
+        self._node = node
+        self._reader = reader
+        self._rate = rate
+        self._clock_period_s = clock_period_s
+        self.stats = PlayStats()
+        names = list(reader.topics) if topics is None else list(topics)
+        reader.require(names)
+        unknown = reader.unknown_types()
+        self._publishers = {}
+        for name in names:
+            msgtype = reader.topics[name].msgtype
+            if name in unknown:
+                self.stats.skipped_topics[name] = f"unknown message type {msgtype}"
+                continue
+            try:
+                cls = message_class(msgtype)
+            except BagError as err:
+                self.stats.skipped_topics[name] = str(err)
+                continue
+            target = (remap or {}).get(name, name)
+            self._publishers[name] = node.create_publisher(
+                cls, _absolute(target, namespace), qos_for(name))
+            self.stats.published[name] = 0
+        if not self._publishers:
+            raise BagError(f"nothing to play from {reader.path}: "
+                           f"{self.stats.skipped_topics or 'no topics'}")
+        self._clock_pub = node.create_publisher(Clock, CLOCK_TOPIC, 10) if clock else None
+        self._clock_cls = Clock
+
+    @property
+    def topics(self) -> list[str]:
+        return sorted(self._publishers)
+
+    def wait_for_subscribers(self, timeout_s: float,
+                             topics: Iterable[str] | None = None) -> list[str]:
+        """Wait until the topics have a subscriber; returns those still without one."""
+        names = list(self._publishers) if topics is None else list(topics)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            waiting = [n for n in names if self._publishers[n].get_subscription_count() == 0]
+            if not waiting or time.monotonic() > deadline:
+                return waiting
+            time.sleep(0.05)
+
+    def _publish_clock(self, stamp_ns: int) -> None:
+        if self._clock_pub is not None:
+            sec, nanosec = divmod(int(stamp_ns), 1_000_000_000)
+            msg = self._clock_cls()
+            msg.clock.sec, msg.clock.nanosec = sec, nanosec
+            self._clock_pub.publish(msg)
+
+    def play(self, *, loop: bool = False, stop: threading.Event | None = None,
+             progress: Callable[[int, int], None] | None = None, tail_s: float = 0.0,
+             preroll_s: float = 0.0) -> PlayStats:
+        """Play once (or until ``stop`` when looping); ``progress(done_ns, total_ns)`` is called
+        about every second. ``preroll_s``: publish /clock at the first message's time this long
+        (wall) before playing, so nodes on sim time have a clock when the first message comes;
+        ``tail_s``: keep /clock running this long after the last message (bag time), so nodes
+        finish what the end of the bag started."""
+        stop = stop or threading.Event()
+        topics = list(self._publishers)
+        first = last = None
+        for message in self._reader.messages(topics):
+            first = message.timestamp_ns if first is None else first
+            last = message.timestamp_ns
+        if first is None:
+            raise BagError(f"{self._reader.path} has no messages on {', '.join(topics)}")
+        offset_ns = 0  # added per loop so the clock never goes back
+        if preroll_s > 0 and self._clock_pub is not None:
+            deadline = time.monotonic() + preroll_s
+            while time.monotonic() < deadline and not stop.is_set():
+                self._publish_clock(first)
+                stop.wait(self._clock_period_s)
+        while not stop.is_set():
+            self._play_once(first, last, offset_ns, stop, progress)
+            if not loop:
+                break
+            self.stats.loops += 1
+            offset_ns += last - first + 40_000_000
+        if tail_s > 0 and not stop.is_set():
+            self._run_clock(last + offset_ns, last + offset_ns + int(tail_s * 1e9), stop)
+        return self.stats
+
+    def _play_once(self, first: int, last: int, offset_ns: int, stop: threading.Event,
+                   progress: Callable[[int, int], None] | None) -> None:
+        start_wall = time.monotonic_ns()
+        next_progress = 0.0
+        self._publish_clock(first + offset_ns)
+        for message in self._reader.messages(self._publishers):
+            if stop.is_set():
+                return
+            self._wait_until(message.timestamp_ns, first, offset_ns, start_wall, stop)
+            self._publish(message, offset_ns)
+            if progress is not None and time.monotonic() >= next_progress:
+                next_progress = time.monotonic() + 1.0
+                progress(message.timestamp_ns - first, last - first)
+        if progress is not None:
+            progress(last - first, last - first)
+
+    def _wait_until(self, stamp_ns: int, first: int, offset_ns: int, start_wall: int,
+                    stop: threading.Event) -> None:
+        due_wall = start_wall + (stamp_ns - first) / self._rate
+        while True:
+            now = time.monotonic_ns()
+            remaining_s = (due_wall - now) / 1e9
+            if remaining_s <= 0:
+                self.stats.late_ms_max = max(self.stats.late_ms_max, -remaining_s * 1000)
+                return
+            if self._clock_pub is not None:
+                self._publish_clock(first + offset_ns + int((now - start_wall) * self._rate))
+                stop.wait(min(remaining_s, self._clock_period_s))
+            else:
+                stop.wait(remaining_s)
+            if stop.is_set():
+                return
+
+    def _publish(self, message: BagMessage, offset_ns: int) -> None:
+        self._publish_clock(message.timestamp_ns + offset_ns)
+        self._publishers[message.topic].publish(message.raw)
+        self.stats.published[message.topic] += 1
+
+    def _run_clock(self, begin_ns: int, end_ns: int, stop: threading.Event) -> None:
+        if self._clock_pub is None:
+            stop.wait((end_ns - begin_ns) / 1e9 / self._rate)
+            return
+        start_wall = time.monotonic_ns()
+        while not stop.is_set():
+            stamp = begin_ns + int((time.monotonic_ns() - start_wall) * self._rate)
+            if stamp >= end_ns:
+                return
+            self._publish_clock(stamp)
+            stop.wait(self._clock_period_s)

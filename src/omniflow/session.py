@@ -1,0 +1,99 @@
+"""A session bag made from the user's own files (``omniflow demo --audio F.wav --video F``).
+
+The audio goes through the audio capture node's own file source (any rate or channel count
+libsndfile reads is converted to 16 kHz mono, with a warning naming the conversion), the video
+through the camera node's file source (a file OpenCV cannot decode is refused, naming it), and
+both become ``audio`` and ``image_raw`` messages in stream time, as the capture nodes would
+publish them. The result is an MCAP file that the demo replays like the bundled session.
+No rclpy here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+from omniflow.bag import BagMessage, encode, typestore, write_mcap_file
+from omniflow.devices.audio import AudioFileSource
+from omniflow.devices.camera import VideoFileSource
+from omniflow.errors import SourceExhausted
+
+SAMPLE_RATE = 16000
+CHUNK_FRAMES = 640          # 40 ms
+FPS = 15.0
+MAX_WIDTH = 640             # larger frames are scaled down (aspect kept)
+START_NS = 1_767_225_600 * 1_000_000_000  # stream time starts at 2026-01-01T00:00:00Z
+
+
+def _header(store, offset_ns: int, frame_id: str):
+    sec, nanosec = divmod(START_NS + offset_ns, 1_000_000_000)
+    return store.types["std_msgs/msg/Header"](
+        stamp=store.types["builtin_interfaces/msg/Time"](sec=sec, nanosec=nanosec),
+        frame_id=frame_id)
+
+
+def audio_messages(path: Path, warn: Callable[[str], None] = print) -> list[BagMessage]:
+    """40 ms AudioChunk messages of a sound file, resampled to 16 kHz mono."""
+    store = typestore()
+    chunk_type = store.types["omniflow/msg/AudioChunk"]
+    source = AudioFileSource(path, SAMPLE_RATE, 1, CHUNK_FRAMES, loop=False, warn=warn)
+    source.open()  # SourceError naming the file when it is not audio
+    out = []
+    try:
+        for sequence in range(10**9):
+            try:
+                block = source.read(1.0)
+            except SourceExhausted:
+                break
+            if block is None:
+                continue
+            offset = sequence * CHUNK_FRAMES * 1_000_000_000 // SAMPLE_RATE
+            msg = chunk_type(header=_header(store, offset, "microphone"),
+                             sample_rate=SAMPLE_RATE, channels=1,
+                             format=chunk_type.FORMAT_S16LE, sequence=sequence,
+                             data=np.frombuffer(block.samples.astype("<i2").tobytes(),
+                                                dtype=np.uint8))
+            out.append(BagMessage("audio", "omniflow/msg/AudioChunk", START_NS + offset,
+                                  encode(msg, "omniflow/msg/AudioChunk")))
+    finally:
+        source.close()
+    return out
+
+
+def video_messages(path: Path, duration_s: float) -> list[BagMessage]:
+    """rgb8 Image messages of a video at 15 frames/s for ``duration_s`` (the video loops when
+    shorter), scaled down to at most 640 px wide."""
+    store = typestore()
+    image_type = store.types["sensor_msgs/msg/Image"]
+    source = VideoFileSource(path, loop=True)
+    source.open()  # SourceError naming the file when OpenCV cannot decode it
+    out = []
+    try:
+        for k in range(max(1, int(duration_s * FPS))):
+            bgr = source.read().image
+            height, width = bgr.shape[:2]
+            if width > MAX_WIDTH:
+                bgr = cv2.resize(bgr, (MAX_WIDTH, round(height * MAX_WIDTH / width)),
+                                 interpolation=cv2.INTER_AREA)
+            rgb = np.ascontiguousarray(bgr[:, :, ::-1])
+            offset = round(k / FPS * 1e9)
+            msg = image_type(header=_header(store, offset, "camera"), height=rgb.shape[0],
+                             width=rgb.shape[1], encoding="rgb8", is_bigendian=0,
+                             step=rgb.shape[1] * 3, data=rgb.reshape(-1))
+            out.append(BagMessage("image_raw", "sensor_msgs/msg/Image", START_NS + offset,
+                                  encode(msg, "sensor_msgs/msg/Image")))
+    finally:
+        source.close()
+    return out
+
+
+def session_from_files(audio: Path, video: Path, out: Path,
+                       warn: Callable[[str], None] = print) -> Path:
+    """Write ``out`` (an MCAP file) with the audio and the video as a recorded session."""
+    sound = audio_messages(audio, warn)
+    frames = video_messages(video, len(sound) * CHUNK_FRAMES / SAMPLE_RATE)
+    messages = sorted(sound + frames, key=lambda m: (m.timestamp_ns, m.topic))
+    return write_mcap_file(out, messages)

@@ -1,0 +1,25 @@
+"""Tier 3: the bundled session replayed through the graph on /clock, its outputs compared with
+the golden file (`make golden` rewrites it on purpose; review the diff)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+from omniflow import demo, regression
+
+
+def test_replaying_the_sample_session_matches_the_golden_file(tmp_path):
+    result = demo.run_session(demo.default_bag(), out_dir=tmp_path, quiet=True,
+                              rate=regression.REPLAY_RATE,
+                              namespace=f"/t{uuid.uuid4().hex[:6]}")
+    summary = regression.summarize(result.run)
+    # What the session is made of: a question while pointing, an echo, a barge-in.
+    assert len(summary["transcript"]) >= 2, summary
+    assert summary["associations"] and all(a["chosen_s"] for a in summary["associations"])
+    first = summary["associations"][0]
+    assert 0.8 <= first["trigger_s"] <= 1.3 and 0.8 <= first["chosen_s"][0] <= 1.4
+    golden = json.loads(regression.golden_path().read_text(encoding="utf-8"))
+    problems = regression.compare(summary, golden)
+    assert problems == [], ("\n".join(problems) + "\nthis run: " + json.dumps(summary) +
+                            "\n(if the change is intended: make golden, and review the diff)")

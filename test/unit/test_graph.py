@@ -1,0 +1,161 @@
+"""Tier 1: the graph's tables (nodes, topics, profiles) and what launch files and `omniflow run`
+start from them; the launch files are parsed and checked to stay thin over omniflow.graph."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+import yaml
+
+from omniflow import graph
+from omniflow.errors import ConfigError
+from omniflow.graph import (
+    CAPTURE_NODES,
+    DDS_PROFILE_VARIABLE,
+    GRAPH_NODES,
+    PROFILES,
+    TOPICS,
+    launch_nodes,
+    profile_nodes,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+SHARE = "/opt/ros/share/omniflow"
+CAMERA_ENV = {DDS_PROFILE_VARIABLE: "/x/large_frames.xml"}
+
+
+@pytest.mark.parametrize(("name", "yaml_file", "nodes", "sim_time"), [
+    ("pc", "robot.yaml", GRAPH_NODES, False),
+    ("pi", "pi.yaml", GRAPH_NODES, False),
+    ("replay", "replay.yaml", tuple(n for n in GRAPH_NODES if n not in CAPTURE_NODES), True),
+])
+def test_each_profile_has_its_nodes_params_file_and_clock(name, yaml_file, nodes, sim_time):
+    described = launch_nodes(name, SHARE, camera_env=CAMERA_ENV)
+    assert [n.name for n in described] == list(nodes)
+    assert [n.executable for n in described] == list(nodes)
+    assert {n.params_files for n in described} == {(f"{SHARE}/config/{yaml_file}",)}
+    assert {n.use_sim_time for n in described} == {sim_time}
+    assert (ROOT / "config" / yaml_file).is_file()
+
+
+def test_replay_runs_no_capture_node_and_uses_the_clock():
+    replay = PROFILES["replay"]
+    assert not set(replay.nodes) & set(CAPTURE_NODES)
+    assert "fusion" in replay.nodes and replay.use_sim_time
+
+
+def test_replay_keeps_the_live_speech_out_of_the_echo_reference():
+    """The replayed microphone carries the echo of the bag's played audio, not of the live
+    speech node's: in replay the live blocks go to another topic."""
+    launched = {n.name: n for n in graph.launch_nodes("replay", "/share")}
+    assert launched["speech"].remappings == {"played_audio": "replay/played_audio"}
+    assert launched["fusion"].remappings == {}
+    specs = {s.name: s for s in graph.profile_nodes("replay", str(ROOT))}
+    assert specs["speech"].remappings == {"played_audio": "replay/played_audio"}
+    assert all(not n.remappings for n in graph.launch_nodes("pc", "/share"))
+
+
+def test_only_capture_nodes_respawn_and_only_the_camera_gets_the_dds_profile():
+    described = {n.name: n for n in launch_nodes("pc", SHARE, camera_env=CAMERA_ENV)}
+    assert {name for name, n in described.items() if n.respawn} == set(CAPTURE_NODES)
+    assert all(n.respawn_delay > 0 for n in described.values())
+    assert described["camera"].env == CAMERA_ENV
+    assert all(not n.env for name, n in described.items() if name != "camera")
+
+
+def test_the_camera_dds_profile_defaults_to_the_shared_file(monkeypatch):
+    monkeypatch.delenv(DDS_PROFILE_VARIABLE, raising=False)
+    camera = next(n for n in launch_nodes("pi", SHARE) if n.name == "camera")
+    assert camera.env == {DDS_PROFILE_VARIABLE: f"{SHARE}/config/fastdds/large_frames.xml"}
+
+
+def test_a_params_file_replaces_the_profiles_own():
+    described = launch_nodes("pi", SHARE, params_file="/home/me/robot.yaml")
+    assert {n.params_files for n in described} == {("/home/me/robot.yaml",)}
+
+
+def test_an_unknown_profile_is_refused_naming_the_known_ones():
+    with pytest.raises(ConfigError, match="pc, pi, replay"):
+        launch_nodes("laptop", SHARE)
+
+
+def test_profile_nodes_merge_yaml_overrides_and_sim_time(tmp_path, monkeypatch):
+    monkeypatch.delenv(DDS_PROFILE_VARIABLE, raising=False)
+    params = tmp_path / "mine.yaml"
+    params.write_text(yaml.safe_dump({
+        "/**": {"ros__parameters": {"frame_id": "base"}},
+        "speech": {"ros__parameters": {"sink": "wav", "wav.path": "/tmp/x.wav"}},
+        "fusion": {"ros__parameters": {"vision.rate_hz": 2.0}}}))
+    specs = {s.name: s for s in profile_nodes("replay", SHARE, "/r", params_file=str(params),
+                                              overrides={"speech": {"sink": "null"}})}
+    assert specs["speech"].parameters == {"frame_id": "base", "sink": "null",
+                                          "wav.path": "/tmp/x.wav", "use_sim_time": True}
+    assert specs["fusion"].parameters["vision.rate_hz"] == 2.0
+    assert {s.namespace for s in specs.values()} == {"/r"}
+
+
+def test_profile_nodes_read_the_shipped_profiles():
+    specs = profile_nodes("pi", str(ROOT))
+    assert specs[1].parameters["source"] == "picamera2"
+    assert "use_sim_time" not in specs[0].parameters
+
+
+def test_a_missing_params_file_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read parameters file"):
+        profile_nodes("pc", SHARE, params_file=str(tmp_path / "none.yaml"))
+
+
+def test_topics_are_unique_and_published_by_graph_nodes_or_nodes_to_come():
+    names = [t.name for t in TOPICS]
+    assert len(names) == len(set(names))
+    assert {t.qos for t in TOPICS} <= {graph.SENSOR_DATA, graph.LATCHED, graph.EVENTS}
+    publishers = {t.publisher for t in TOPICS}
+    assert set(GRAPH_NODES) <= publishers | {"speech"}
+    assert graph.topic("dialogue_state").qos == graph.LATCHED
+    with pytest.raises(ConfigError, match="audio, image_raw"):
+        graph.topic("nope")
+
+
+def test_output_topics_follow_the_nodes_by_name():
+    today = {t.name for t in graph.output_topics(("fusion", "speech"))}
+    assert {"transcript", "associations", "speech_state"} <= today
+    assert "response" not in today and "audio" not in today
+    later = {t.name for t in graph.output_topics(("fusion", "speech", "dialogue",
+                                                  "power_manager"))}
+    assert {"response", "dialogue_state", "user_said", "power_state"} <= later
+
+
+LAUNCH_FILES = sorted((ROOT / "launch").glob("*.launch.py"))
+
+
+@pytest.mark.parametrize("path", LAUNCH_FILES, ids=lambda p: p.name)
+def test_launch_files_are_thin_and_declare_the_standard_arguments(path):
+    tree = ast.parse(path.read_text())
+    strings = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)
+               and isinstance(n.value, str)}
+    for argument in ("namespace", "use_sim_time", "params_file", "log_level"):
+        assert argument in strings, f"{path.name} does not declare {argument}"
+    functions = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
+    assert len(functions) <= 2 and sum(len(ast.unparse(f).splitlines()) for f in functions) < 60
+
+
+@pytest.mark.parametrize(("name", "profile"), [("robot", "pc"), ("pi", "pi"),
+                                               ("replay", "replay")])
+def test_profile_launch_files_include_the_base_with_their_profile(name, profile):
+    source = (ROOT / "launch" / f"{name}.launch.py").read_text()
+    assert "omniflow.launch.py" in source and "IncludeLaunchDescription" in source
+    assert f'"profile": "{profile}"' in source
+
+
+def test_the_base_launch_file_takes_its_nodes_from_the_graph():
+    source = (ROOT / "launch" / "omniflow.launch.py").read_text()
+    assert "launch_nodes(" in source and "respawn=node.respawn" in source
+    assert "use_sim_time" in source and "additional_env" in source
+
+
+def test_readme_topic_table_is_generated_from_the_graph():
+    block = f"<!-- topics -->\n{graph.topic_table()}\n<!-- /topics -->"
+    assert block in (ROOT / "README.md").read_text(), \
+        "README's topic table is out of date: paste the output of `python -m omniflow.graph`"
