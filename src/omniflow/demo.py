@@ -38,6 +38,9 @@ READY_TIMEOUT_S = 120.0
 SUBSCRIBER_TIMEOUT_S = 30.0
 # /clock keeps running this long after the last message, so the end of speech is heard.
 TAIL_S = 2.5
+# After the tail, the clock keeps running until the dialogue is listening again (the last
+# answer spoken), at most this long (wall).
+ANSWER_WAIT_S = 60.0
 # Wall time for the last outputs to arrive after the tail.
 SETTLE_S = 1.0
 # Recorded besides the outputs: the microphone (for the capture row and the timeline) and
@@ -175,6 +178,24 @@ def wait_ready(node, processes: list[NodeProcess], timeout_s: float,
         progress.bar(index + 1, len(processes), f"nodes ready ({spec.name})", unit="")
 
 
+def _listening_again(node, dialogue: bool) -> threading.Event:
+    """Set while the dialogue is listening (no turn in progress), so that the replay's clock
+    keeps running until the last answer has been spoken; always set without a dialogue."""
+    from omniflow.msg import DialogueState
+    from omniflow.ros.qos import LATCHED
+
+    listening = threading.Event()
+    if not dialogue:
+        listening.set()
+        return listening
+
+    def on_state(msg: DialogueState) -> None:
+        (listening.set if msg.state == DialogueState.LISTENING else listening.clear)()
+
+    node.create_subscription(DialogueState, "dialogue_state", on_state, LATCHED)
+    return listening
+
+
 def run_session(bag: Path, *, out_dir: Path | None = None, rate: float = 1.0,
                 quiet: bool = False, namespace: str = NAMESPACE) -> SessionResult:
     """Replay ``bag`` through the replay profile's nodes and record what they publish."""
@@ -220,6 +241,7 @@ def run_session(bag: Path, *, out_dir: Path | None = None, rate: float = 1.0,
     try:
         with spinning(monitor), BagWriter(outputs_bag) as writer:
             recorder = Recorder(monitor, writer, recorded, namespace, on_message=printer)
+            answered = _listening_again(monitor, "dialogue" in replay.nodes)
             wait_ready(monitor, processes, READY_TIMEOUT_S, progress)
             replayed = [t for t in inputs.values() if t not in reader.unknown_types()]
             player = Player(player_node, reader, topics=replayed, namespace=namespace,
@@ -235,7 +257,8 @@ def run_session(bag: Path, *, out_dir: Path | None = None, rate: float = 1.0,
                           f"({', '.join(player.topics)})")
             player.play(progress=lambda done, total: progress.bar(done / 1e9, total / 1e9,
                                                                   "played"),
-                        tail_s=TAIL_S, preroll_s=0.5)
+                        tail_s=TAIL_S, preroll_s=0.5, until=answered.is_set,
+                        until_max_s=ANSWER_WAIT_S)
             time.sleep(SETTLE_S)
             recorder.close()
         progress.step("stopping the nodes")

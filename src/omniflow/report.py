@@ -305,8 +305,9 @@ def timeline_png(run: Run, path: Path) -> Path:
                 "^" if m.speaking else "v", color="black", ms=5)
     names = ["LISTENING", "USER_SPEAKING", "THINKING", "SPEAKING", "INTERRUPTED"]
     for entry in states(run, "dialogue_state", "state"):
-        ax.text(entry["t_s"], y["states"], names[entry["state"]] if entry["state"] < 5 else "?",
-                fontsize=7, rotation=30)
+        # a state latched before the session (or stamped before /clock ran) sits at the left
+        ax.text(max(entry["t_s"], -0.3), y["states"],
+                names[entry["state"]] if entry["state"] < 5 else "?", fontsize=7, rotation=30)
     for entry in states(run, "voice_activity", "event"):
         ax.plot([entry["t_s"]], [y["audio"] + 0.45], "o", color="tab:cyan", ms=4)
     ends = [run.seconds(bag_ns) for topic in ("audio", "image_raw")

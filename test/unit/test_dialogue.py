@@ -16,6 +16,7 @@ from omniflow.core.dialogue import (
     TurnEnded,
     UserSaid,
     Warm,
+    complete_sentences,
 )
 
 
@@ -248,3 +249,14 @@ def test_any_sequence_of_inputs_keeps_the_machine_consistent(events):
             assert dm.state in (State.THINKING, State.SPEAKING)
         if dm.state == State.LISTENING:
             assert dm.active_turn == 0
+
+
+@pytest.mark.parametrize(("text", "kept"), [
+    ("This is", ""),
+    ("It is a cup. It holds", "It is a cup."),
+    ("Yes! Sure? Of course.", "Yes! Sure? Of course."),
+    ("Version 2.5 is out", ""),
+    ("", ""),
+])
+def test_a_cut_off_answer_keeps_its_finished_sentences(text, kept):
+    assert complete_sentences(text) == kept

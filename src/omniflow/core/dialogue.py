@@ -32,6 +32,7 @@ States (the values of ``omniflow/msg/DialogueState``)::
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Literal
@@ -39,6 +40,7 @@ from typing import Literal
 __all__ = [
     "Busy",
     "Cancel",
+    "complete_sentences",
     "DialogueManager",
     "StartTurn",
     "State",
@@ -117,6 +119,21 @@ class TurnEnded:
 
 
 Action = StateChanged | StartTurn | Cancel | Warm | UserSaid | TurnEnded
+
+
+_SENTENCE_END = re.compile(r"[.!?](?=\s|$)")
+
+
+def complete_sentences(text: str) -> str:
+    """``text`` up to its last complete sentence ("" when none): what a cut-off answer keeps in
+    the conversation history. A fragment such as "This is" would teach a small model to
+    answer with fragments; the finished sentences were said and stay.
+
+    >>> complete_sentences("It is a cup. It holds")
+    'It is a cup.'
+    """
+    ends = [m.end() for m in _SENTENCE_END.finditer(text)]
+    return text[:ends[-1]].strip() if ends else ""
 
 
 class Busy(Exception):

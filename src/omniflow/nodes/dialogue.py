@@ -29,6 +29,7 @@ from omniflow.core.dialogue import (
     TurnEnded,
     UserSaid,
     Warm,
+    complete_sentences,
 )
 from omniflow.core.params import ParamSpec
 from omniflow.core.proactive import ProactivePolicy
@@ -523,11 +524,15 @@ class DialogueNode(LifecycleNode):
         if ended.outcome == "failed":
             self.stats.last_error = ended.reason
             self.get_logger().error(f"turn {ended.turn_id} failed: {ended.reason}")
-        # The history keeps what was said, even when the answer failed or was cut short.
+        # The history keeps what was said, even when the answer failed or was cut short (then
+        # only its finished sentences: a fragment would be imitated).
+        robot = ended.response.strip()
+        if ended.outcome in ("interrupted", "cancelled"):
+            robot = complete_sentences(robot)
         if user:
             self._history.append(Turn("user", user))
-        if ended.response.strip():
-            self._history.append(Turn("robot", ended.response.strip()))
+        if robot:
+            self._history.append(Turn("robot", robot))
         while len(self._history) > self.params["history.max_turns"]:
             self._history.popleft()
         goal = self._goals.pop(ended.turn_id, None)

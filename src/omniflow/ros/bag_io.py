@@ -194,12 +194,15 @@ class Player:
 
     def play(self, *, loop: bool = False, stop: threading.Event | None = None,
              progress: Callable[[int, int], None] | None = None, tail_s: float = 0.0,
-             preroll_s: float = 0.0) -> PlayStats:
+             preroll_s: float = 0.0, until: Callable[[], bool] | None = None,
+             until_max_s: float = 0.0) -> PlayStats:
         """Play once (or until ``stop`` when looping); ``progress(done_ns, total_ns)`` is called
         about every second. ``preroll_s``: publish /clock at the first message's time this long
         (wall) before playing, so nodes on sim time have a clock when the first message comes;
         ``tail_s``: keep /clock running this long after the last message (bag time), so nodes
-        finish what the end of the bag started."""
+        finish what the end of the bag started; then, with ``until``, keep it running until
+        ``until()`` is true (checked every clock period), at most ``until_max_s`` more (wall),
+        e.g. until the dialogue has finished its last answer."""
         stop = stop or threading.Event()
         topics = list(self._publishers)
         first = last = None
@@ -220,8 +223,11 @@ class Player:
                 break
             self.stats.loops += 1
             offset_ns += last - first + 40_000_000
+        end_ns = last + offset_ns + int(tail_s * 1e9)
         if tail_s > 0 and not stop.is_set():
-            self._run_clock(last + offset_ns, last + offset_ns + int(tail_s * 1e9), stop)
+            self._run_clock(last + offset_ns, end_ns, stop)
+        if until is not None and not stop.is_set():
+            self._run_clock(end_ns, end_ns + int(until_max_s * self._rate * 1e9), stop, until)
         return self.stats
 
     def _play_once(self, first: int, last: int, offset_ns: int, stop: threading.Event,
@@ -262,14 +268,15 @@ class Player:
         self._publishers[message.topic].publish(message.raw)
         self.stats.published[message.topic] += 1
 
-    def _run_clock(self, begin_ns: int, end_ns: int, stop: threading.Event) -> None:
-        if self._clock_pub is None:
-            stop.wait((end_ns - begin_ns) / 1e9 / self._rate)
-            return
+    def _run_clock(self, begin_ns: int, end_ns: int, stop: threading.Event,
+                   until: Callable[[], bool] | None = None) -> None:
         start_wall = time.monotonic_ns()
         while not stop.is_set():
             stamp = begin_ns + int((time.monotonic_ns() - start_wall) * self._rate)
-            if stamp >= end_ns:
+            if stamp >= end_ns or (until is not None and until()):
                 return
+            if self._clock_pub is None:
+                stop.wait(self._clock_period_s)
+                continue
             self._publish_clock(stamp)
             stop.wait(self._clock_period_s)
