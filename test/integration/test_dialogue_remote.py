@@ -1,7 +1,11 @@
-"""What the camera saw reaches the model (tier 2): the dialogue node with the remote backend
-(``llm.remote.images``) against an OpenAI-compatible server on loopback that records what it
-is asked. The vision token the association chose for the utterance goes in as words (its
-summary) and its frame as an image; a frame from another moment does not."""
+"""The dialogue node with the remote backend against an OpenAI-compatible server on loopback
+that records what it is asked (tier 2).
+
+- What the camera saw reaches the model (``llm.remote.images``): the vision token the
+  association chose for the utterance goes in as words (its summary) and its frame as an
+  image; a frame from another moment does not.
+- A server that answers garbage fails the turn with a clear error; the node stays up and the
+  conversation's history is not lost."""
 
 from __future__ import annotations
 
@@ -15,10 +19,13 @@ import uuid
 
 import numpy as np
 import pytest
-from dialogue_graph import START_TIMEOUT_S
+from action_msgs.msg import GoalStatus
+from dialogue_graph import START_TIMEOUT_S, wait_future
 from PIL import Image as PilImage
+from rclpy.action import ActionClient
 from sensor_msgs.msg import Image
 
+from omniflow.action import Converse
 from omniflow.msg import Association, DialogueState, TokenRef, Transcript, VoiceActivity
 from omniflow.ros import conversions
 from omniflow.ros.monitor import TopicRecorder
@@ -39,6 +46,11 @@ class _Recorder(http.server.BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
         self.server.requests.append(body)
+        if self.server.garbage:
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"<html>maintenance</html>\n")
+            return
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.end_headers()
@@ -62,6 +74,7 @@ def server():
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
     server.daemon_threads = True
     server.requests = []
+    server.garbage = False
     thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     yield server
@@ -149,3 +162,34 @@ def test_the_chosen_frame_and_its_words_reach_the_model(ros_node, start_node, se
     assert colours[0][0] > 200 and colours[0][2] < 50  # the red frame, not the blue one
     states.wait_until(lambda ms: ms[-1].state == DialogueState.LISTENING and len(ms) > 2, 30,
                       "the turn ended")
+
+
+def test_a_server_answering_garbage_fails_the_turn_and_keeps_the_history(
+        ros_node, start_node, server):
+    ns = f"/t{uuid.uuid4().hex[:6]}"
+    dialogue = start_node("omniflow.nodes.dialogue", "dialogue", {
+        "llm.backend": "remote", "llm.remote.url": f"http://127.0.0.1:{server.server_port}",
+        "proactive.enabled": False, "speech_start_timeout_s": 0.5}, namespace=ns)
+    client = ActionClient(ros_node, Converse, f"{ns}/converse")
+    assert client.wait_for_server(timeout_sec=START_TIMEOUT_S), dialogue.output()
+    states = TopicRecorder(ros_node, DialogueState, f"{ns}/dialogue_state", LATCHED)
+    states.wait_until(lambda ms: any(m.reason == "listening" for m in ms), START_TIMEOUT_S,
+                      "dialogue active")
+
+    def ask(text: str):
+        handle = wait_future(client.send_goal_async(Converse.Goal(prompt=text)), 30)
+        assert handle.accepted
+        return wait_future(handle.get_result_async(), 60)
+
+    server.garbage = True
+    outcome = ask("Where is the kitchen?")
+    assert outcome.status == GoalStatus.STATUS_ABORTED
+    assert "failed" in outcome.result.error and "server-sent event" in outcome.result.error, \
+        outcome.result.error
+    assert dialogue.running
+    server.garbage = False
+    outcome = ask("And the garden?")
+    assert outcome.status == GoalStatus.STATUS_SUCCEEDED, outcome.result.error
+    assert outcome.result.response == "A red box."
+    asked = json.dumps(server.requests[-1]["messages"])
+    assert "Where is the kitchen?" in asked and "And the garden?" in asked
