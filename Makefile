@@ -69,6 +69,8 @@ bench: setup
 	$(PY) benchmarks/fusion_core.py --json build/bench/fusion_core.json
 	$(PY) benchmarks/audio_encoders.py --json build/bench/audio_encoders.json
 	$(PY) benchmarks/vision_encoder.py --json build/bench/vision_encoder.json
+	$(PY) benchmarks/echo.py --rooms 16 --json build/bench/echo.json
+	$(PY) benchmarks/barge_in.py --passes 10 --json build/bench/barge_in.json
 
 # Re-pin every Python dependency to what is installed now (after changing requirements/*.txt).
 lock:

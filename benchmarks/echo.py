@@ -16,7 +16,7 @@ Method (prints one JSON object):
   (:class:`omniflow.core.echo.EchoGate` with 1 or 8 taps), ``speex`` (Speex MDF
   cancellation, 300 ms tail, no gate) and ``speex+gate`` (Speex with its removed-energy gate).
   Every candidate sees the same 40 ms chunks with stream-time stamps and feeds the fusion
-  node's VAD (webrtc, ``min_speech_ms`` 90, ``min_silence_ms`` 400).
+  node's VAD (webrtc, ``min_speech_ms`` 60, ``min_silence_ms`` 400).
 - Figures: false barge-ins (VAD starts in ``echo``), detection rate and onset delay (the end
   of the chunk whose processing confirmed the start minus the user's first voiced 10 ms) in
   ``user`` and ``double``, and the processing time per 40 ms chunk (echo stage only, median
@@ -54,7 +54,7 @@ ROBOT_TEXT = ("The red box on the table is a parcel for the kitchen. I can carry
               "after I finish charging, or you can take it yourself now.")
 USER_TEXT = "Stop, what is that blue thing?"
 USER_START_S = 1.2
-MIN_SPEECH_MS = 90.0  # the fusion node's vad.min_speech_ms (--min-speech-ms)
+MIN_SPEECH_MS = 60.0  # the fusion node's vad.min_speech_ms (--min-speech-ms)
 
 
 def speak(text: str, voice: str) -> np.ndarray:
