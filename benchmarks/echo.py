@@ -12,9 +12,12 @@ Method (prints one JSON object):
 - Cases per room: ``echo`` (the robot talks alone: every VAD start is a false barge-in),
   ``user`` (the user talks, nothing plays), ``double`` (the user starts talking 1.2 s into the
   robot's speech, at -6..+3 dB relative to the echo).
-- Candidates: ``none`` (the microphone straight to the VAD), ``gate-1`` and ``gate-8``
-  (:class:`omniflow.core.echo.EchoGate` with 1 or 8 taps), ``speex`` (Speex MDF
-  cancellation, 300 ms tail, no gate) and ``speex+gate`` (Speex with its removed-energy gate).
+- Candidates: ``none`` (the microphone straight to the VAD); ``gate``
+  (:class:`omniflow.core.echo.EchoGate` as the fusion node runs it, suppress score 0.7),
+  ``gate-0.8`` and ``gate-0.9`` (higher suppress scores) and ``gate-confirm2`` (two clear
+  chunks in a row before any passes); ``speex`` (Speex MDF cancellation,
+  :class:`omniflow.engines.aec.SpeexEchoCanceller`, 20 ms frames, 300 ms tail, no gate) and
+  ``speex+gate`` (Speex with its removed-energy share as the gate, 0.5).
   Every candidate sees the same 40 ms chunks with stream-time stamps and feeds the fusion
   node's VAD (webrtc, ``min_speech_ms`` 60, ``min_silence_ms`` 400).
 - Figures: false barge-ins (VAD starts in ``echo``), detection rate and onset delay (the end
@@ -24,7 +27,7 @@ Method (prints one JSON object):
 
 Run from the repository root::
 
-    .venv/bin/python benchmarks/echo.py --rooms 6 --json build/bench/echo.json
+    .venv/bin/python benchmarks/echo.py --rooms 16 --json build/bench/echo.json
 """
 
 from __future__ import annotations
@@ -144,7 +147,7 @@ def run_case(stage_name: str, mic: np.ndarray, played: np.ndarray | None,
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rooms", type=int, default=6, help="synthetic rooms (seeds)")
+    parser.add_argument("--rooms", type=int, default=16, help="synthetic rooms (seeds)")
     parser.add_argument("--min-speech-ms", type=float, default=MIN_SPEECH_MS,
                         help="the VAD's vad.min_speech_ms")
     parser.add_argument("--json", type=Path, help="also write the JSON here")

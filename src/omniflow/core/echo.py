@@ -5,21 +5,26 @@ The speech node publishes every block it plays, stamped with the stream time its
 goes out; :class:`EchoReference` keeps a bounded, stamp-aligned history of those blocks (zeros
 where nothing played). For each microphone chunk, :class:`EchoGate`:
 
-1. takes the reference from ``max_delay_ms`` before the chunk to its end and finds the delay at
-   which the reference best explains the chunk: the normalised cross-correlation over every
-   delay in ``[0, max_delay_ms]``, one FFT per chunk, averaged over recent chunks (the acoustic
-   path barely moves, while the user's voice is uncorrelated with the reference and averages
-   out) so one chunk of double talk cannot throw the estimate;
-2. fits the chunk with the reference at that delay (least squares over ``taps`` consecutive
-   samples: 1 is a scaled copy, a few more follow the first reflections) and removes the fit;
-3. reports ``echo_score``: the share of the chunk's energy the fit explains (0..1; NaN while
-   nothing played within ``max_delay_ms``) and ``echo``: true when the score reaches
-   ``suppress_score``. The residual (the chunk with the fitted echo removed) is what the
-   voice-activity detector and the recogniser should hear; an echo chunk is silenced entirely,
-   since the part of the echo the fit misses (the room's reverberation) is still the robot.
+1. finds the delay at which the reference best explains the microphone: the normalised
+   cross-correlation over every delay in ``[0, max_delay_ms]``, one FFT per chunk, averaged
+   over the last half second or so (the acoustic path barely moves, while the user's voice is
+   uncorrelated with the reference and averages out, so double talk cannot throw it);
+2. predicts the echo's power in 20 frequency bands, frame by frame (20 ms Hann frames, 10 ms
+   hop): the reference at that delay (the direct path) and up to ``reverb_ms`` before it,
+   decaying as a reverberant room would, times a per-band gain of the echo path. The gains
+   are learnt as an upper envelope (fast up, slow down) from the chunks the echo dominates
+   (a scaled copy of the delayed reference explains a good share of them), one for the
+   reverberant sum and one for the direct reference alone (learnt on onsets, where the sum
+   under-predicts); the larger prediction counts, since an echo underestimated leaks through;
+3. reports ``echo_score``: the predicted echo's share of the chunk's energy (0..1; NaN while
+   nothing played within reach) and ``echo``: true when it reaches ``suppress_score``. An echo
+   chunk is replaced by noise at the microphone's tracked floor (digital silence would make a
+   VAD's noise model adapt to zero and take the real noise that follows for speech); any
+   other chunk has the predicted echo power subtracted band by band (``over`` times it) and
+   goes on to the voice-activity detector and the recogniser.
 
-Double talk passes because the user's voice is not explained by the reference: the score of a
-chunk with both stays well below that of echo alone, and its residual is the user.
+Double talk passes because the user's voice is not predicted by the reference: a chunk with
+both scores well below echo alone, and the subtraction leaves the user's bands.
 
 ``benchmarks/echo.py`` compares this gate with Speex's adaptive canceller
 (``omniflow.engines.aec``) on speech echoes through synthetic rooms; see the "Echo" section of
@@ -41,7 +46,7 @@ __all__ = ["EchoGate", "EchoReference", "EchoResult"]
 _NS_PER_S = 1_000_000_000
 # Reference quieter than this (mean square, int16 units; about -70 dBFS) counts as silence.
 _SILENT_POWER = 10.0
-# Weight of the newest chunk's correlation in the running average (about 20 chunks, 0.8 s).
+# Weight of the past in the running cross-correlation, per chunk (about 10 chunks, 0.4 s).
 _CORR_FORGET = 0.9
 
 
@@ -132,9 +137,12 @@ class EchoGate:
     """Reference-correlation echo suppressor (see the module docstring).
 
     ``suppress_score``: a chunk whose echo score reaches it is the robot's voice and is
-    silenced whole. ``max_delay_ms``: longest speaker-to-microphone delay searched (output
-    buffering included). ``reverb_ms``: how long the room keeps an echo audible after the
-    reference (the predicted echo includes the reference this far back, decaying).
+    replaced by the noise floor. ``confirm``: chunks in a row that must score below it before
+    any passes (1: each on its own; more trades double-talk delay for fewer leaks; see
+    ``benchmarks/README.md``). ``max_delay_ms``: longest speaker-to-microphone delay
+    searched (output buffering included). ``reverb_ms``: how long the room keeps an echo
+    audible after the reference (the predicted echo includes the reference this far back,
+    decaying).
     ``over``: overestimation of the echo in the subtraction (more removes more echo and more
     of the user's voice during double talk). Not thread-safe: one gate per microphone stream,
     called from one thread.
