@@ -147,6 +147,8 @@ def test_the_robot_talking_alone_starts_no_speech_and_no_transcript(ros_node, st
     starts = [m for m in activity.messages if m.event == VoiceActivity.START]
     assert summary["played_blocks"] > 50, summary
     assert summary["echo_chunks"] > 20, summary
+    # Without the echo stage the robot's voice would have started speech: counted.
+    assert summary["echo_suppressed_starts"] >= 1, summary
     assert starts == [], (f"the robot's voice started speech: {starts}; status {summary}; "
                           f"fusion said:\n{fusion.output()[-2000:]}")
     assert transcripts.messages == []
