@@ -79,7 +79,7 @@ def stats(values: list[float]) -> dict[str, float | int]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--passes", type=int, default=10, help="onsets measured per variant")
-    parser.add_argument("--min-speech-ms", type=int, default=90, help="vad.min_speech_ms")
+    parser.add_argument("--min-speech-ms", type=int, default=60, help="vad.min_speech_ms")
     parser.add_argument("--json", type=Path, help="also write the JSON here")
     args = parser.parse_args()
 

@@ -25,6 +25,11 @@ ARGUMENTS = {
                   "--env", "ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST"],
     "speech": ["--turns", "8"],
     "fusion_memory": ["--minutes", "10", "--warmup", "2"],
+    "echo": ["--rooms", "16"],
+    "barge_in": ["--passes", "10"],
+    "power": ["--seconds", "60"],
+    "dialogue": ["--rounds", "7"],
+    "full_duplex": ["--passes", "8"],
 }
 
 

@@ -18,7 +18,7 @@ from omniflow.ros import conversions
 from omniflow.ros.conversions import ns_from_time
 from omniflow.ros.monitor import TopicRecorder, wait_for_publishers
 from omniflow.ros.qos import EVENTS, LATCHED, SENSOR_DATA
-from ros_helpers import change_state, topic
+from ros_helpers import change_state, get_parameter, set_parameters, topic
 
 SAMPLES = Path(__file__).parents[1] / "data" / "samples"
 HELLO = SAMPLES / "hello.wav"   # speech from about 0.5 s to 3.2 s
@@ -143,3 +143,18 @@ def test_unknown_vad_engine_is_refused_at_start_up_naming_the_allowed_values(sta
     process = start_node("omniflow.nodes.fusion", "fusion", {"vad.engine": "energy"})
     assert process.wait(timeout=30) == 2
     assert "allowed values: webrtc, silero" in process.output()
+
+
+def test_vision_rate_is_live_while_other_parameters_need_a_restart(ros_node, start_node):
+    process = start_node("omniflow.nodes.fusion", "fusion", {"vision.enabled": False})
+    status = TopicRecorder(ros_node, String, topic(process, "fusion/status"), LATCHED)
+    status.wait_until(lambda msgs: any(json.loads(m.data)["state"] == "active" for m in msgs),
+                      timeout=60, what="fusion active")
+    result, = set_parameters(ros_node, process, **{"vision.rate_hz": 12.0})
+    assert result.successful, result.reason
+    assert get_parameter(ros_node, process, "vision.rate_hz") == 12.0
+    result, = set_parameters(ros_node, process, **{"vision.rate_hz": 100.0})
+    assert not result.successful and "vision.rate_hz" in result.reason
+    result, = set_parameters(ros_node, process, **{"echo.suppress_score": 0.5})
+    assert not result.successful
+    assert get_parameter(ros_node, process, "echo.suppress_score") == 0.7

@@ -72,6 +72,8 @@ def test_the_robot_talking_alone_starts_no_speech_and_no_transcript(ros_node, st
     starts = [m for m in activity.messages if m.event == VoiceActivity.START]
     assert summary["played_blocks"] > 50, summary
     assert summary["echo_chunks"] > 20, summary
+    # Without the echo stage the robot's voice would have started speech: counted.
+    assert summary["echo_suppressed_starts"] >= 1, summary
     assert starts == [], (f"the robot's voice started speech: {starts}; status {summary}; "
                           f"fusion said:\n{fusion.output()[-2000:]}")
     assert transcripts.messages == []
@@ -88,21 +90,30 @@ def test_the_user_talking_over_the_robot_starts_speech(ros_node, start_node):
         room.user_speaks(user_at)      # hello.wav: voice from 0.5 s in
         try:
             starts = activity.wait_until(
-                lambda msgs: any(m.event == VoiceActivity.START for m in msgs), 20,
-                "a START while the robot speaks")
+                lambda msgs: any(user_start(m, user_at) for m in msgs), 20,
+                "a START after the user began, while the robot speaks")
         except TimeoutError as err:
             raise AssertionError(f"{err}; status {status.messages[-1].data}; fusion said:\n"
                                  f"{fusion.output()[-2000:]}") from err
-        start = next(m for m in starts if m.event == VoiceActivity.START)
+        start = next(m for m in starts if user_start(m, user_at))
         offset_s = (ns_from_time(start.header.stamp) - user_at) / 1e9
         assert 0.2 <= offset_s <= 1.5, offset_s
         assert start.speech_s > 0 and not np.isnan(start.echo_score)
-        activity.wait_until(lambda msgs: any(m.event == VoiceActivity.ONGOING for m in msgs),
+        utterance = start.utterance_id
+        activity.wait_until(lambda msgs: any(m.event == VoiceActivity.ONGOING and
+                                             m.utterance_id == utterance for m in msgs),
                             10, "ONGOING while the user speaks")
-        activity.wait_until(lambda msgs: any(m.event == VoiceActivity.END for m in msgs),
+        activity.wait_until(lambda msgs: any(m.event == VoiceActivity.END and
+                                             m.utterance_id == utterance for m in msgs),
                             20, "END after the user stops")
     finally:
         room.stop()
-    events = activity.messages
-    assert {m.utterance_id for m in events} == {start.utterance_id}
+    events = [m for m in activity.messages if m.utterance_id == utterance]
+    assert [m.event for m in events][0] == VoiceActivity.START
     assert all(ns_from_time(m.start) == ns_from_time(start.start) for m in events)
+
+
+def user_start(msg: VoiceActivity, user_at_ns: int) -> bool:
+    """A START after the user's recording began (an echo leak before it is measured by the
+    robot-alone test and by benchmarks/echo.py, not here)."""
+    return msg.event == VoiceActivity.START and ns_from_time(msg.header.stamp) >= user_at_ns

@@ -55,7 +55,8 @@ def flip(code: int, bits: int) -> int:
 def test_decision_and_token_ref_map_onto_the_messages_field_for_field():
     published = [f.name for f in dataclasses.fields(TokenRef)][:7]
     renamed = {"stamp_ns": "stamp"}
-    assert [renamed.get(n, n) for n in published] == msg_fields("TokenRef.msg")
+    # summary: what a chosen vision token showed, in words, which the node makes of the payload
+    assert [renamed.get(n, n) for n in published] + ["summary"] == msg_fields("TokenRef.msg")
     assert [f.name for f in dataclasses.fields(TokenRef)][7:] == ["token_id", "payload"]
     renamed = {"decided_ns": "header", "window_before_ns": "window_before",
                "window_after_ns": "window_after"}

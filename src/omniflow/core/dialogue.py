@@ -162,7 +162,7 @@ class DialogueManager:
             muted one, must not hold the conversation).
     """
 
-    def __init__(self, *, barge_in: bool = True, barge_in_min_speech_s: float = 0.09,
+    def __init__(self, *, barge_in: bool = True, barge_in_min_speech_s: float = 0.06,
                  speech_start_timeout_s: float = 2.0) -> None:
         if barge_in_min_speech_s < 0 or speech_start_timeout_s <= 0:
             raise ValueError("barge_in_min_speech_s must be >= 0 and speech_start_timeout_s > 0")

@@ -5,21 +5,26 @@ The speech node publishes every block it plays, stamped with the stream time its
 goes out; :class:`EchoReference` keeps a bounded, stamp-aligned history of those blocks (zeros
 where nothing played). For each microphone chunk, :class:`EchoGate`:
 
-1. takes the reference from ``max_delay_ms`` before the chunk to its end and finds the delay at
-   which the reference best explains the chunk: the normalised cross-correlation over every
-   delay in ``[0, max_delay_ms]``, one FFT per chunk, averaged over recent chunks (the acoustic
-   path barely moves, while the user's voice is uncorrelated with the reference and averages
-   out) so one chunk of double talk cannot throw the estimate;
-2. fits the chunk with the reference at that delay (least squares over ``taps`` consecutive
-   samples: 1 is a scaled copy, a few more follow the first reflections) and removes the fit;
-3. reports ``echo_score``: the share of the chunk's energy the fit explains (0..1; NaN while
-   nothing played within ``max_delay_ms``) and ``echo``: true when the score reaches
-   ``suppress_score``. The residual (the chunk with the fitted echo removed) is what the
-   voice-activity detector and the recogniser should hear; an echo chunk is silenced entirely,
-   since the part of the echo the fit misses (the room's reverberation) is still the robot.
+1. finds the delay at which the reference best explains the microphone: the normalised
+   cross-correlation over every delay in ``[0, max_delay_ms]``, one FFT per chunk, averaged
+   over the last half second or so (the acoustic path barely moves, while the user's voice is
+   uncorrelated with the reference and averages out, so double talk cannot throw it);
+2. predicts the echo's power in 20 frequency bands, frame by frame (20 ms Hann frames, 10 ms
+   hop): the reference at that delay (the direct path) and up to ``reverb_ms`` before it,
+   decaying as a reverberant room would, times a per-band gain of the echo path. The gains
+   are learnt as an upper envelope (fast up, slow down) from the chunks the echo dominates
+   (a scaled copy of the delayed reference explains a good share of them), one for the
+   reverberant sum and one for the direct reference alone (learnt on onsets, where the sum
+   under-predicts); the larger prediction counts, since an echo underestimated leaks through;
+3. reports ``echo_score``: the predicted echo's share of the chunk's energy (0..1; NaN while
+   nothing played within reach) and ``echo``: true when it reaches ``suppress_score``. An echo
+   chunk is replaced by noise at the microphone's tracked floor (digital silence would make a
+   VAD's noise model adapt to zero and take the real noise that follows for speech); any
+   other chunk has the predicted echo power subtracted band by band (``over`` times it) and
+   goes on to the voice-activity detector and the recogniser.
 
-Double talk passes because the user's voice is not explained by the reference: the score of a
-chunk with both stays well below that of echo alone, and its residual is the user.
+Double talk passes because the user's voice is not predicted by the reference: a chunk with
+both scores well below echo alone, and the subtraction leaves the user's bands.
 
 ``benchmarks/echo.py`` compares this gate with Speex's adaptive canceller
 (``omniflow.engines.aec``) on speech echoes through synthetic rooms; see the "Echo" section of
@@ -41,7 +46,7 @@ __all__ = ["EchoGate", "EchoReference", "EchoResult"]
 _NS_PER_S = 1_000_000_000
 # Reference quieter than this (mean square, int16 units; about -70 dBFS) counts as silence.
 _SILENT_POWER = 10.0
-# Weight of the newest chunk's correlation in the running average (about 20 chunks, 0.8 s).
+# Weight of the past in the running cross-correlation, per chunk (about 10 chunks, 0.4 s).
 _CORR_FORGET = 0.9
 
 
@@ -132,15 +137,18 @@ class EchoGate:
     """Reference-correlation echo suppressor (see the module docstring).
 
     ``suppress_score``: a chunk whose echo score reaches it is the robot's voice and is
-    silenced whole. ``max_delay_ms``: longest speaker-to-microphone delay searched (output
-    buffering included). ``reverb_ms``: how long the room keeps an echo audible after the
-    reference (the predicted echo includes the reference this far back, decaying).
+    replaced by the noise floor. ``confirm``: chunks in a row that must score below it before
+    any passes (1: each on its own; more trades double-talk delay for fewer leaks; see
+    ``benchmarks/README.md``). ``max_delay_ms``: longest speaker-to-microphone delay
+    searched (output buffering included). ``reverb_ms``: how long the room keeps an echo
+    audible after the reference (the predicted echo includes the reference this far back,
+    decaying).
     ``over``: overestimation of the echo in the subtraction (more removes more echo and more
     of the user's voice during double talk). Not thread-safe: one gate per microphone stream,
     called from one thread.
     """
 
-    def __init__(self, reference: EchoReference, *, suppress_score: float = 0.8,
+    def __init__(self, reference: EchoReference, *, suppress_score: float = 0.7,
                  max_delay_ms: float = 300.0, reverb_ms: float = 320.0,
                  over: float = 2.0, confirm: int = 1) -> None:
         if not 0.0 < suppress_score <= 1.0:
@@ -164,8 +172,12 @@ class EchoGate:
         self._ref_power: np.ndarray | None = None
         self._mic_power = 0.0
         self._fft_n = 0
-        self._gain: np.ndarray | None = None   # echo path power gain per band
+        # Echo path power gains per band: of the reverberant sum (every chunk the echo
+        # dominates) and of the direct reference alone (onsets, where the sum under-predicts).
+        self._gain: np.ndarray | None = None
+        self._direct_gain: np.ndarray | None = None
         self._learnt = 0                       # chunks the gain was learnt from
+        self._direct_learnt = 0
         self._previous = np.zeros(0)           # the last 10 ms of the previous chunk
         self._floor: float | None = None       # noise floor (mean square)
         self._rng = np.random.default_rng(0)   # comfort noise
@@ -176,7 +188,8 @@ class EchoGate:
 
     def reset(self) -> None:
         """Forget the delay and echo path estimates (a new stream or acoustic path)."""
-        self._corr = self._ref_power = self._gain = None
+        self._corr = self._ref_power = self._gain = self._direct_gain = None
+        self._direct_learnt = 0
         self._mic_power = 0.0
         self._learnt = 0
         self._previous = np.zeros(0)
@@ -217,8 +230,14 @@ class EchoGate:
             (decay[:, None] * ref_bands[frames_back + f - np.arange(frames_back + 1)]).sum(axis=0)
             for f in range(count)])
         mic_total, heard_total = mic_bands.sum(axis=0), heard.sum(axis=0)
-        self._learn(mic_total, heard_total, fit)
-        echo_bands = self._gain * heard_total
+        direct_total = ref_bands[frames_back:frames_back + count].sum(axis=0)
+        self._gain, self._learnt = _learn(self._gain, self._learnt, mic_total, heard_total,
+                                          fit >= _LEARN_FIT)
+        onset = direct_total.sum() >= _ONSET_SHARE * heard_total.sum()
+        self._direct_gain, self._direct_learnt = _learn(
+            self._direct_gain, self._direct_learnt, mic_total, direct_total,
+            onset and fit >= _LEARN_FIT)
+        echo_bands = np.maximum(self._gain * heard_total, self._direct_gain * direct_total)
         energy = float(mic_total.sum())
         if energy <= 0.0:
             return EchoResult(self._comfort(n), 1.0, True, delay * 1000 / rate)
@@ -247,23 +266,6 @@ class EchoGate:
         level = math.sqrt(self._floor or 0.0)
         noise = self._rng.standard_normal(count) * level
         return np.clip(np.round(noise), -32768, 32767).astype(np.int16)
-
-    def _learn(self, mic_bands: np.ndarray, heard: np.ndarray, fit: float) -> None:
-        """Track the echo path's power gain per band from chunks the echo dominates: an
-        upper envelope (fast up, slow down), since an echo underestimated leaks through."""
-        if self._gain is None:
-            self._gain = np.full(_BANDS, _INITIAL_GAIN)
-        if fit < _LEARN_FIT or heard.sum() <= 0:
-            return
-        ratio = np.log((mic_bands + 1e-3) / (heard + 1e-3))
-        if not self._learnt:
-            log_gain = ratio
-        else:
-            log_gain = np.log(self._gain)
-            rate = np.where(ratio > log_gain, _LEARN_UP, _LEARN_DOWN)
-            log_gain = log_gain + rate * (ratio - log_gain)
-        self._gain = np.exp(log_gain)
-        self._learnt += 1
 
     def _decay(self) -> None:
         if self._corr is not None:
@@ -294,6 +296,22 @@ class EchoGate:
         return d - int(np.argmax(ncc))
 
 
+def _learn(gain: np.ndarray | None, learnt: int, mic_bands: np.ndarray,
+           predicted: np.ndarray, echo_dominates: bool) -> tuple[np.ndarray, int]:
+    """One step of an echo path power gain per band, learnt from chunks the echo dominates:
+    an upper envelope (fast up, slow down), since an echo underestimated leaks through."""
+    if gain is None:
+        gain = np.full(_BANDS, _INITIAL_GAIN)
+    if not echo_dominates or predicted.sum() <= 0:
+        return gain, learnt
+    ratio = np.log((mic_bands + 1e-3) / (predicted + 1e-3))
+    if not learnt:
+        return np.exp(ratio), 1
+    log_gain = np.log(gain)
+    rate = np.where(ratio > log_gain, _LEARN_UP, _LEARN_DOWN)
+    return np.exp(log_gain + rate * (ratio - log_gain)), learnt + 1
+
+
 def _fit_share(x: np.ndarray, ref: np.ndarray) -> float:
     """Share of ``x``'s energy explained by the best-scaled ``ref`` (0..1)."""
     rr, xx = float(ref @ ref), float(x @ x)
@@ -317,6 +335,9 @@ _INITIAL_GAIN = 1.0
 # The gain is learnt from chunks a scaled copy of the reference explains this well (echo
 # alone scores 0.5-0.9 through a room; double talk at equal levels about 0.2).
 _LEARN_FIT = 0.2
+# A chunk whose direct reference is at least this share of all it can hear (the reverberant
+# sum) is an onset: it teaches the direct gain.
+_ONSET_SHARE = 0.5
 # Learning rates of the gain (log domain, per chunk): up when the echo is louder than
 # predicted, down when quieter.
 _LEARN_UP = 0.5

@@ -58,9 +58,10 @@ PARAMS = (
     *LLM_PARAMS,
     ParamSpec("barge_in.enabled", True, "User speech may interrupt the robot while it speaks",
               live=True),
-    ParamSpec("barge_in.min_speech_ms", 90, "User speech at least this long interrupts the "
-              "robot (the fusion node's VAD has already confirmed it and removed the robot's "
-              "own voice)", unit="ms", minimum=0, maximum=2000, live=True),
+    ParamSpec("barge_in.min_speech_ms", 60, "User speech at least this long interrupts the "
+              "robot (the fusion node's VAD confirms speech after its vad.min_speech_ms, 60 by "
+              "default, with the robot's own voice removed: then the start itself interrupts)",
+              unit="ms", minimum=0, maximum=2000, live=True),
     ParamSpec("speech_start_timeout_s", 3.0, "A complete answer that the speech node has not "
               "started playing after this long ends the turn (no speech node, or a muted one)",
               unit="s", minimum=0.5, maximum=60.0, live=True),

@@ -60,9 +60,10 @@ PARAMS = (
               "once per slice", unit="ms", minimum=20, maximum=500, read_only=True),
     ParamSpec("vad.engine", "webrtc", "Voice-activity detector", choices=VAD_ENGINES,
               read_only=True),
-    ParamSpec("vad.min_speech_ms", 90, "Speech at least this long starts an utterance "
-              "(shorter blips are ignored); part of the barge-in latency", unit="ms",
-              minimum=30, maximum=1000, read_only=True),
+    ParamSpec("vad.min_speech_ms", 60, "Speech at least this long starts an utterance "
+              "(shorter blips are ignored); part of the barge-in latency (90 ms adds about "
+              "40 ms: benchmarks/barge_in.py)", unit="ms", minimum=30, maximum=1000,
+              read_only=True),
     ParamSpec("vad.min_silence_ms", 400, "A pause at least this long ends an utterance "
               "(shorter ones stay inside it; 300 ms split a sentence at a breath in tests)",
               unit="ms", minimum=100, maximum=3000, read_only=True),

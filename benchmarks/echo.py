@@ -1,0 +1,236 @@
+#!/usr/bin/env python3
+"""Echo handling for full duplex: which stage keeps the robot's voice from barging in.
+
+Method (prints one JSON object):
+
+- Voices: espeak-ng (``espeak-ng -w``) speaks the robot's lines (``en-us``) and the user's
+  (``en-gb-scotland``, a different voice, quieter or louder per case), resampled to 16 kHz.
+- Rooms (``--rooms``, seeded): the microphone hears the played reference delayed by 20-200 ms
+  (output buffering plus distance), attenuated (-3 to -12 dB), convolved with a synthetic room
+  impulse response (direct path, a few early reflections, an exponentially decaying noise tail
+  with RT60 0.15-0.45 s), plus white noise at -55 dBFS.
+- Cases per room: ``echo`` (the robot talks alone: every VAD start is a false barge-in),
+  ``user`` (the user talks, nothing plays), ``double`` (the user starts talking 1.2 s into the
+  robot's speech, at -6..+3 dB relative to the echo).
+- Candidates: ``none`` (the microphone straight to the VAD); ``gate``
+  (:class:`omniflow.core.echo.EchoGate` as the fusion node runs it, suppress score 0.7),
+  ``gate-0.8`` and ``gate-0.9`` (higher suppress scores) and ``gate-confirm2`` (two clear
+  chunks in a row before any passes); ``speex`` (Speex MDF cancellation,
+  :class:`omniflow.engines.aec.SpeexEchoCanceller`, 20 ms frames, 300 ms tail, no gate) and
+  ``speex+gate`` (Speex with its removed-energy share as the gate, 0.5).
+  Every candidate sees the same 40 ms chunks with stream-time stamps and feeds the fusion
+  node's VAD (webrtc, ``min_speech_ms`` 60, ``min_silence_ms`` 400).
+- Figures: false barge-ins (VAD starts in ``echo``), detection rate and onset delay (the end
+  of the chunk whose processing confirmed the start minus the user's first voiced 10 ms) in
+  ``user`` and ``double``, and the processing time per 40 ms chunk (echo stage only, median
+  and p90 over every chunk with a reference).
+
+Run from the repository root::
+
+    .venv/bin/python benchmarks/echo.py --rooms 16 --json build/bench/echo.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import soundfile
+
+from omniflow.core.echo import EchoGate, EchoReference
+from omniflow.core.resample import resample_int16
+from omniflow.engines.aec import SpeexEchoCanceller
+from omniflow.engines.vad import NS_PER_SAMPLE, make_vad
+from omniflow.errors import EngineError
+
+RATE = 16_000
+CHUNK = 640
+T0_NS = 1_000_000_000_000  # stream time of the first sample
+ROBOT_TEXT = ("The red box on the table is a parcel for the kitchen. I can carry it there "
+              "after I finish charging, or you can take it yourself now.")
+USER_TEXT = "Stop, what is that blue thing?"
+USER_START_S = 1.2
+MIN_SPEECH_MS = 60.0  # the fusion node's vad.min_speech_ms (--min-speech-ms)
+
+
+def speak(text: str, voice: str) -> np.ndarray:
+    """espeak-ng's rendering of ``text`` as 16 kHz int16."""
+    with tempfile.TemporaryDirectory() as tmp:
+        wav = Path(tmp) / "say.wav"
+        subprocess.run(["espeak-ng", "-v", voice, "-w", str(wav), text], check=True)
+        data, rate = soundfile.read(wav, dtype="int16")
+    return resample_int16(data, rate, RATE) if rate != RATE else data
+
+
+def room_response(rng: np.random.Generator) -> tuple[np.ndarray, dict[str, float]]:
+    """A synthetic impulse response: delay, direct path, early reflections, decaying tail."""
+    delay_ms = float(rng.uniform(20, 200))
+    gain_db = float(rng.uniform(-12, -3))
+    rt60 = float(rng.uniform(0.15, 0.45))
+    length = int(rt60 * RATE)
+    t = np.arange(length) / RATE
+    tail = rng.standard_normal(length) * 10 ** (-3 * t / rt60) * 0.08
+    tail[: int(0.003 * RATE)] = 0.0
+    for _ in range(4):  # early reflections 2-15 ms after the direct path
+        tail[int(rng.uniform(0.002, 0.015) * RATE)] += rng.uniform(-0.5, 0.5)
+    tail[0] = 1.0
+    ir = np.concatenate([np.zeros(int(delay_ms * RATE / 1000)), tail])
+    ir *= 10 ** (gain_db / 20) / np.sqrt(np.sum(tail ** 2))
+    return ir, {"delay_ms": round(delay_ms, 1), "gain_db": round(gain_db, 1),
+                "rt60_s": round(rt60, 2)}
+
+
+def onset_s(x: np.ndarray) -> float:
+    """First 10 ms frame within 35 dB of the loudest one."""
+    frames = x[: len(x) // 160 * 160].astype(np.float64).reshape(-1, 160)
+    power = (frames ** 2).mean(axis=1) + 1e-9
+    return float(np.argmax(power > power.max() * 10 ** -3.5) * 160 / RATE)
+
+
+def make_stage(name: str, reference: EchoReference):
+    if name == "gate":
+        return EchoGate(reference)
+    if name == "gate-0.8":
+        return EchoGate(reference, suppress_score=0.8)
+    if name == "gate-0.9":
+        return EchoGate(reference, suppress_score=0.9)
+    if name == "gate-confirm2":
+        return EchoGate(reference, confirm=2)
+    if name == "speex":
+        return SpeexEchoCanceller(reference, suppress_score=2.0)
+    if name == "speex+gate":
+        return SpeexEchoCanceller(reference)
+    return None
+
+
+def run_case(stage_name: str, mic: np.ndarray, played: np.ndarray | None,
+             user_onset_s: float | None, min_speech_ms: float) -> dict[str, Any]:
+    """Feed ``mic`` through one candidate and the VAD; return starts and timings."""
+    reference = EchoReference(history_ms=1500)
+    stage = make_stage(stage_name, reference)
+    vad = make_vad("webrtc", min_silence_ms=400.0, min_speech_ms=min_speech_ms)
+    starts: list[float] = []   # seconds from the stream start at which a START is confirmed
+    costs: list[int] = []
+    block = 320  # the speech node's 20 ms blocks
+    for i in range(len(mic) // CHUNK):
+        stamp = T0_NS + i * CHUNK * NS_PER_SAMPLE
+        end = stamp + CHUNK * NS_PER_SAMPLE
+        if played is not None:  # every block played by now is in the reference
+            for j in range(i * CHUNK // block, (i + 1) * CHUNK // block):
+                piece = played[j * block:(j + 1) * block]
+                if len(piece) == block and np.any(piece):
+                    reference.add(T0_NS + j * block * NS_PER_SAMPLE, piece)
+        chunk = mic[i * CHUNK:(i + 1) * CHUNK]
+        if stage is not None:
+            t0 = time.perf_counter_ns()
+            result = stage.process(chunk, stamp)
+            if played is not None and not np.isnan(result.echo_score):
+                costs.append(time.perf_counter_ns() - t0)
+            chunk = result.samples
+        for event in vad.process(chunk, stamp):
+            if event.kind == "start":
+                starts.append((end - T0_NS) / 1e9)
+    out: dict[str, Any] = {"starts": len(starts), "costs": costs}
+    if user_onset_s is not None:
+        after = [s - user_onset_s for s in starts if s >= user_onset_s - 0.05]
+        out["detected"] = bool(after)
+        out["delay_ms"] = round(after[0] * 1000, 1) if after else None
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rooms", type=int, default=16, help="synthetic rooms (seeds)")
+    parser.add_argument("--min-speech-ms", type=float, default=MIN_SPEECH_MS,
+                        help="the VAD's vad.min_speech_ms")
+    parser.add_argument("--json", type=Path, help="also write the JSON here")
+    args = parser.parse_args()
+    robot = speak(ROBOT_TEXT, "en-us")
+    user = speak(USER_TEXT, "en-gb-scotland")
+    user_on = onset_s(user)
+    candidates = ["none", "gate", "gate-0.8", "gate-0.9", "gate-confirm2", "speex", "speex+gate"]
+    try:
+        SpeexEchoCanceller(EchoReference())
+    except EngineError as err:
+        print(f"speex skipped: {err}", file=sys.stderr)
+        candidates = [c for c in candidates if not c.startswith("speex")]
+    rows: dict[str, dict[str, list]] = {c: {"false_starts": [], "user_delay": [],
+                                            "double_delay": [], "user_detected": [],
+                                            "double_detected": [], "costs": []}
+                                        for c in candidates}
+    rooms = []
+    for seed in range(args.rooms):
+        rng = np.random.default_rng(seed)
+        ir, room = room_response(rng)
+        length = len(robot) + RATE
+        played = np.zeros(length, np.int16)
+        played[: len(robot)] = robot
+        echo = np.convolve(played.astype(np.float64), ir)[:length]
+        noise = rng.standard_normal(length) * 32768 * 10 ** (-55 / 20)
+        user_db = float(rng.uniform(-6, 3))
+        echo_rms = np.sqrt(np.mean(echo[: len(robot)] ** 2))
+        user_rms = np.sqrt(np.mean(user[user > 0].astype(np.float64) ** 2))
+        talk = np.zeros(length)
+        lo = int(USER_START_S * RATE)
+        scaled = user.astype(np.float64) * echo_rms / user_rms * 10 ** (user_db / 20)
+        talk[lo:lo + len(user)] = scaled[: length - lo]
+        room.update(user_vs_echo_db=round(user_db, 1))
+        rooms.append(room)
+
+        def pcm(x: np.ndarray) -> np.ndarray:
+            return np.clip(np.round(x), -32768, 32767).astype(np.int16)
+
+        for name in candidates:
+            row = rows[name]
+            r = run_case(name, pcm(echo + noise), played, None,
+                         args.min_speech_ms)
+            row["false_starts"].append(r["starts"])
+            row["costs"].extend(r["costs"])
+            r = run_case(name, pcm(talk + noise), None, USER_START_S + user_on,
+                         args.min_speech_ms)
+            row["user_detected"].append(r["detected"])
+            row["user_delay"].append(r["delay_ms"])
+            r = run_case(name, pcm(echo + talk + noise), played, USER_START_S + user_on,
+                         args.min_speech_ms)
+            row["double_detected"].append(r["detected"])
+            row["double_delay"].append(r["delay_ms"])
+            row["costs"].extend(r["costs"])
+
+    def median(values: list) -> float | None:
+        values = [v for v in values if v is not None]
+        return round(float(np.median(values)), 1) if values else None
+
+    summary = {}
+    for name, row in rows.items():
+        costs = np.asarray(row["costs"], dtype=np.float64) / 1e6
+        summary[name] = {
+            "false_barge_ins": int(sum(row["false_starts"])),
+            "rooms_with_false_barge_in": int(sum(1 for s in row["false_starts"] if s)),
+            "user_detected": f"{sum(row['user_detected'])}/{args.rooms}",
+            "user_onset_delay_ms_median": median(row["user_delay"]),
+            "double_talk_detected": f"{sum(row['double_detected'])}/{args.rooms}",
+            "double_talk_onset_delay_ms_median": median(row["double_delay"]),
+            "double_talk_onset_delays_ms": row["double_delay"],
+            "cpu_ms_per_chunk_median": round(float(np.median(costs)), 3) if costs.size else 0.0,
+            "cpu_ms_per_chunk_p90": round(float(np.percentile(costs, 90)), 3)
+            if costs.size else 0.0,
+        }
+    result = {"robot_s": round(len(robot) / RATE, 2), "user_s": round(len(user) / RATE, 2),
+              "rooms": rooms, "candidates": summary}
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
