@@ -5,8 +5,12 @@ of a conversation with the robot, what the demo and the replay regression run on
 Topics: ``audio`` (omniflow/msg/AudioChunk: 40 ms, 16 kHz mono S16LE, what the microphone
 hears), ``image_raw`` (sensor_msgs/msg/Image: 320x240 rgb8 at 15 frames/s) and
 ``played_audio`` (omniflow/msg/AudioChunk: 20 ms blocks of what the robot's speaker played,
-silence not published, as the speech node does). Every message's bag time equals its
-``header.stamp``; the session starts at 2026-01-01T00:00:00Z (``START_NS``).
+silence not published, as the speech node does). A message's bag time is when a live graph
+would have published it: a microphone block's is its ``header.stamp`` (its first sample) plus
+its 40 ms (it goes out once its last sample is in), so a replay hands the fusion node the
+robot's played audio before the microphone's echo of it, as a live graph does; every other
+bag time equals its ``header.stamp``. The session starts at 2026-01-01T00:00:00Z
+(``START_NS``).
 
 Timeline (seconds from the start):
 
@@ -53,6 +57,7 @@ DEFAULT_OUT = REPO / "test" / "data" / "samples" / "session.mcap"
 START_NS = 1_767_225_600 * 1_000_000_000  # 2026-01-01T00:00:00Z
 RATE = 16000
 CHUNK = 640            # 40 ms microphone blocks
+CHUNK_NS = CHUNK * 1_000_000_000 // 16000  # a block is published once its last sample is in
 PLAYED_BLOCK = 320     # 20 ms speaker blocks
 FPS = 15.0
 WIDTH, HEIGHT = 320, 240
@@ -159,8 +164,9 @@ def messages() -> list[BagMessage]:
 
     out: list[BagMessage] = []
 
-    def add(topic: str, msgtype: str, offset_ns: int, msg) -> None:
-        out.append(BagMessage(topic, msgtype, START_NS + offset_ns, encode(msg, msgtype)))
+    def add(topic: str, msgtype: str, offset_ns: int, msg, latency_ns: int = 0) -> None:
+        out.append(BagMessage(topic, msgtype, START_NS + offset_ns + latency_ns,
+                              encode(msg, msgtype)))
 
     mic, played = audio_tracks()
     for seq, start in enumerate(range(0, len(mic) - CHUNK + 1, CHUNK)):
@@ -168,7 +174,8 @@ def messages() -> list[BagMessage]:
         add("audio", "omniflow/msg/AudioChunk", offset, AudioChunk(
             header=header(offset, "microphone"), sample_rate=RATE, channels=1,
             format=AudioChunk.FORMAT_S16LE, sequence=seq,
-            data=np.frombuffer(mic[start:start + CHUNK].tobytes(), dtype=np.uint8)))
+            data=np.frombuffer(mic[start:start + CHUNK].tobytes(), dtype=np.uint8)),
+            latency_ns=CHUNK_NS)
     for start in range(0, len(played) - PLAYED_BLOCK + 1, PLAYED_BLOCK):
         block = played[start:start + PLAYED_BLOCK]
         if not block.any():
