@@ -340,6 +340,12 @@ def embedded_model_path(cache_dir: str | None = None) -> Path:
 
 
 def _import_llama() -> Any:
+    # llama.cpp's CPU threads are OpenMP threads, and by default an idle one spins. When other
+    # processes compete for the cores (the rest of the graph does), 2 threads took 8-18 s
+    # instead of ~1 s for 32 tokens here; passive waiting fixes that and costs nothing
+    # measurable when the machine is idle. libgomp reads it once, when it is first loaded:
+    # a user's own setting wins, and it has no effect if another library loaded libgomp first.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     try:
         import llama_cpp
     except ImportError as err:
@@ -438,6 +444,21 @@ class LlamaCppBackend(LlmBackend):
     def n_ctx(self) -> int:
         """Context size in tokens."""
         return self._n_ctx
+
+    @property
+    def llama(self) -> Any:
+        """The underlying ``llama_cpp.Llama`` (None when not loaded), for tools and benchmarks.
+
+        Using it directly between generations is allowed; the next prompt then simply reuses
+        whatever prefix of its tokens the cache still holds.
+        """
+        return self._llm
+
+    def reset(self) -> None:
+        """Forget the KV cache: the next prompt is evaluated from its first token."""
+        with self._lock:
+            if self._llm is not None:
+                self._llm.reset()
 
     def set_threads(self, threads: int) -> None:
         """Use ``threads`` CPU threads from the next evaluation on (no reload)."""
