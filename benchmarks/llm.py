@@ -30,9 +30,10 @@ Method (prints one JSON object):
 
 :func:`measure_round` and :func:`measure_backend` take any ``generate()`` callable that yields
 text deltas, so the dialogue node's benchmark can measure through the node with the same code.
-Run from the repository root (takes about a minute with the defaults)::
+``--personas`` also records the answers of a few persona texts to the same questions (how
+the default system prompt was chosen). Run from the repository root (a few minutes)::
 
-    .venv/bin/python benchmarks/llm.py --rounds 7 --json build/bench/llm.json
+    .venv/bin/python benchmarks/llm.py --rounds 7 --personas --json build/bench/llm.json
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ from omniflow.core.prompt import DEFAULT_FORMAT, Prompt, PromptFormat, Turn
 from omniflow.engines.llm import (
     DEFAULT_SYSTEM_PROMPT,
     LlamaCppBackend,
-    _Sampling,
+    Sampling,
     embedded_model_path,
 )
 
@@ -62,6 +63,37 @@ PROMPT = Prompt(
     history=(Turn("user", "Hello robot!"), Turn("robot", "Hello! How can I help you?"),
              Turn("user", "Can you see me?"), Turn("robot", "Yes, I can see you.")),
     user="What is this red box that I am holding?")
+
+
+# Persona texts tried on the base model (--personas): the default one carries a worked example.
+PERSONAS = {
+    "instruction": "A friendly robot answers the user's questions in one short sentence.",
+    "default": DEFAULT_SYSTEM_PROMPT,
+    "two_examples": "The robot is friendly and helpful. It gives correct, short answers.\n\n"
+                    "User: What colour is grass?\nRobot: Grass is green.\n"
+                    "User: Who wrote Hamlet?\nRobot: William Shakespeare wrote Hamlet.",
+}
+QUESTIONS = (("", "What is the capital of France?"), ("a red box on a table", "What is this?"),
+             ("", "Hello robot, how are you?"),
+             ("a person waving", "Can you tell me what you see?"),
+             ("", "How many legs does a dog have?"), ("", "What is the largest planet?"),
+             ("a cup of coffee", "What am I holding?"))
+
+
+def compare_personas(backend: LlamaCppBackend, temperatures: Iterable[float]) -> dict[str, Any]:
+    """Answers of each persona to the same questions, with the default stop strings."""
+    fmt, backend.fmt = backend.fmt, DEFAULT_FORMAT
+    out: dict[str, Any] = {}
+    for temperature in temperatures:
+        backend.sampling.temperature = temperature
+        for name, system in PERSONAS.items():
+            out[f"{name}@{temperature:g}"] = [
+                "".join(backend.generate(Prompt(system, scene=scene, user=question),
+                                         cancel=threading.Event()))
+                for scene, question in QUESTIONS]
+    backend.fmt = fmt
+    backend.sampling.temperature = 0.0
+    return out
 
 
 def measure_round(generate: Callable[[], Iterable[str]],
@@ -132,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n-ctx", type=int, default=2048)
     parser.add_argument("--chunks", type=int, nargs="*", default=[16, 32, 64, 512],
                         help="prompt_chunk values for the cold first-token comparison")
+    parser.add_argument("--personas", action="store_true",
+                        help="also record each persona text's answers (greedy and 0.3)")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args(argv)
 
@@ -140,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     backend = LlamaCppBackend(model, n_ctx=args.n_ctx, threads=args.threads, seed=1,
                               fmt=PromptFormat(stop=()),
-                              sampling=_Sampling(temperature=0.0, repeat_penalty=1.0,
+                              sampling=Sampling(temperature=0.0, repeat_penalty=1.0,
                                                  max_tokens=args.max_tokens))
     backend.load()
     load_s = time.perf_counter() - t0
@@ -223,6 +257,8 @@ def main(argv: list[str] | None = None) -> int:
         turn[name] = {"first_token_ms": s["first_token_ms"],
                       "evaluated_tokens": evaluated[name]}
     result["turn"] = turn
+    if args.personas:
+        result["personas"] = compare_personas(backend, (0.0, 0.3))
     backend.close()
 
     out = json.dumps(result, indent=2)

@@ -16,8 +16,8 @@ from omniflow.engines.llm import (
     LlamaCppBackend,
     MiniCpmVBackend,
     RemoteBackend,
+    Sampling,
     StopFilter,
-    _Sampling,
     chat_messages,
     check_gguf,
     make_backend,
@@ -38,7 +38,7 @@ def tiny_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _backend(path: Path, *, n_ctx: int = 1024, max_tokens: int = 24, prompt_chunk: int = 16,
              fmt: PromptFormat = NO_STOP) -> LlamaCppBackend:
     backend = LlamaCppBackend(path, n_ctx=n_ctx, threads=1, seed=7, fmt=fmt,
-                              sampling=_Sampling(temperature=0.0, max_tokens=max_tokens,
+                              sampling=Sampling(temperature=0.0, max_tokens=max_tokens,
                                                  prompt_chunk=prompt_chunk))
     backend.load()
     return backend

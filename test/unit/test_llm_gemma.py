@@ -17,7 +17,7 @@ from omniflow.core.prompt import DEFAULT_FORMAT, Prompt, PromptFormat, Turn
 from omniflow.engines.llm import (
     DEFAULT_SYSTEM_PROMPT,
     LlamaCppBackend,
-    _Sampling,
+    Sampling,
     embedded_model_path,
     make_backend,
 )
@@ -74,7 +74,7 @@ def test_stop_strings_are_honoured(gemma: LlamaCppBackend, gemma_path: Path) -> 
     # Without the line-break stop the base model goes on to write the next turns itself.
     loose = LlamaCppBackend(gemma_path, n_ctx=1024, seed=42, name="gguf",
                             fmt=PromptFormat(stop=("User:",)),
-                            sampling=_Sampling(temperature=0.0, max_tokens=64))
+                            sampling=Sampling(temperature=0.0, max_tokens=64))
     loose.load()
     prompt = Prompt(DEFAULT_SYSTEM_PROMPT, history=(Turn("user", "Hi"),
                                                     Turn("robot", "Hello!")),

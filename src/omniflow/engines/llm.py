@@ -61,6 +61,7 @@ __all__ = [
     "LlmBackend",
     "MiniCpmVBackend",
     "RemoteBackend",
+    "Sampling",
     "StopFilter",
     "check_gguf",
     "embedded_model_path",
@@ -362,7 +363,13 @@ def _seed(value: int) -> int:
 
 
 @dataclass
-class _Sampling:
+class Sampling:
+    """The live settings of a backend (``llm.*`` parameters with ``live=True``).
+
+    Changed by :meth:`LlmBackend.update`; read at the start of every generation.
+    ``system_prompt`` is kept for the caller that builds the :class:`Prompt`.
+    """
+
     max_tokens: int = 48
     temperature: float = 0.0
     top_p: float = 0.9
@@ -389,7 +396,7 @@ class LlamaCppBackend(LlmBackend):
     """
 
     def __init__(self, model_path: str | Path | Callable[[], Path], *, n_ctx: int = 2048,
-                 threads: int = 2, seed: int = -1, sampling: _Sampling | None = None,
+                 threads: int = 2, seed: int = -1, sampling: Sampling | None = None,
                  fmt: PromptFormat = DEFAULT_FORMAT, name: str = "gguf") -> None:
         super().__init__()
         self.name = name
@@ -397,7 +404,7 @@ class LlamaCppBackend(LlmBackend):
         self._n_ctx = int(n_ctx)
         self._threads = int(threads)
         self._seed_value = int(seed)
-        self.sampling = sampling or _Sampling()
+        self.sampling = sampling or Sampling()
         self.fmt = fmt
         self._llm: Any = None
         self._lock = threading.Lock()
@@ -679,14 +686,14 @@ class MiniCpmVBackend(LlmBackend):
     name = "minicpmv"
 
     def __init__(self, model_path: str | Path, mmproj_path: str | Path, *, n_ctx: int = 4096,
-                 threads: int = 2, seed: int = -1, sampling: _Sampling | None = None) -> None:
+                 threads: int = 2, seed: int = -1, sampling: Sampling | None = None) -> None:
         super().__init__()
         self._model_path = model_path
         self._mmproj_path = mmproj_path
         self._n_ctx = int(n_ctx)
         self._threads = int(threads)
         self._seed_value = int(seed)
-        self.sampling = sampling or _Sampling()
+        self.sampling = sampling or Sampling()
         self._llm: Any = None
         self._lock = threading.Lock()
 
@@ -793,7 +800,7 @@ class RemoteBackend(LlmBackend):
 
     def __init__(self, url: str, *, model: str = "", api: str = "chat", api_key: str = "",
                  timeout_s: float = 10.0, images: bool = False,
-                 sampling: _Sampling | None = None, fmt: PromptFormat = DEFAULT_FORMAT) -> None:
+                 sampling: Sampling | None = None, fmt: PromptFormat = DEFAULT_FORMAT) -> None:
         super().__init__()
         parsed = urllib.parse.urlsplit(url)
         if parsed.scheme not in ("http", "https") or not parsed.hostname:
@@ -809,7 +816,7 @@ class RemoteBackend(LlmBackend):
         self._api_key = api_key
         self._timeout = float(timeout_s)
         self._images = images
-        self.sampling = sampling or _Sampling()
+        self.sampling = sampling or Sampling()
         self.fmt = fmt
         self._loaded = False
 
@@ -977,7 +984,7 @@ def make_backend(values: Mapping[str, Any]) -> LlmBackend:
     problems = validate(LLM_PARAMS, merged)
     if problems:
         raise ConfigError("; ".join(problems))
-    sampling = _Sampling(
+    sampling = Sampling(
         max_tokens=merged["llm.max_tokens"], temperature=merged["llm.temperature"],
         top_p=merged["llm.top_p"], top_k=merged["llm.top_k"],
         repeat_penalty=merged["llm.repeat_penalty"], prompt_chunk=merged["llm.prompt_chunk"],
