@@ -69,6 +69,7 @@ bench: setup
 	$(PY) benchmarks/fusion_core.py --json build/bench/fusion_core.json
 	$(PY) benchmarks/audio_encoders.py --json build/bench/audio_encoders.json
 	$(PY) benchmarks/vision_encoder.py --json build/bench/vision_encoder.json
+	$(PY) benchmarks/llm.py --rounds 7 --json build/bench/llm.json
 
 # Re-pin every Python dependency to what is installed now (after changing requirements/*.txt).
 lock:
