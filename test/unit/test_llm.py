@@ -24,7 +24,7 @@ from omniflow.engines.llm import (
 )
 from omniflow.errors import ConfigError, EngineError
 
-pytest.importorskip("llama_cpp")
+pytest.importorskip("llama_cpp")  # after omniflow.engines.llm: see its OpenMP note
 
 NO_STOP = PromptFormat(stop=())
 SYSTEM = "You are a small robot."

