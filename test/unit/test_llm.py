@@ -185,6 +185,40 @@ def test_warm_does_not_wait_for_a_running_generation(backend: LlamaCppBackend) -
     assert backend.warm(Prompt(SYSTEM, user="hello")) > 0
 
 
+def test_a_long_warm_gives_way_to_generate_within_one_chunk(tiny_path: Path) -> None:
+    backend = _backend(tiny_path, n_ctx=4096, prompt_chunk=16)
+
+    class GenerateArrives(threading.Event):
+        """At the 3rd check between chunks, a generate() call starts waiting for the model."""
+
+        checks = 0
+
+        def is_set(self) -> bool:
+            self.checks += 1
+            if self.checks == 3:
+                backend._generate_waiting.set()
+            return False
+
+    evaluated = backend.warm(Prompt(SYSTEM, user="the red box " * 150),
+                             cancel=GenerateArrives())
+    backend._generate_waiting.clear()
+    backend.close()
+    assert evaluated == 2 * 16
+
+
+def test_generate_while_another_thread_warms(tiny_path: Path) -> None:
+    backend = _backend(tiny_path, n_ctx=4096, prompt_chunk=8)
+    warmed: list[int] = []
+    thread = threading.Thread(target=lambda: warmed.append(
+        backend.warm(Prompt(SYSTEM, user="the red box " * 150))))
+    thread.start()
+    text, stats = _run(backend, Prompt(SYSTEM, user="hello"), max_tokens=8)
+    thread.join(timeout=60)
+    backend.close()
+    assert not thread.is_alive() and len(warmed) == 1
+    assert text and stats.generated_tokens == 8
+
+
 def test_a_prompt_longer_than_the_context_drops_the_oldest_turns(tiny_path: Path) -> None:
     backend = _backend(tiny_path, n_ctx=256, max_tokens=16)
     history = tuple(Turn("user" if i % 2 == 0 else "robot", f"turn number {i} about a box")

@@ -410,6 +410,7 @@ class LlamaCppBackend(LlmBackend):
         self.fmt = fmt
         self._llm: Any = None
         self._lock = threading.Lock()
+        self._generate_waiting = threading.Event()
         self._path: Path | None = None
 
     # lifecycle --------------------------------------------------------------------------
@@ -511,11 +512,11 @@ class LlamaCppBackend(LlmBackend):
             self._set_threads(llm.ctx, self._threads, self._threads)
             llm.n_threads = llm.n_threads_batch = self._threads
 
-    def _sync(self, llm: Any, tokens: list[int], cancel: threading.Event | None) -> int:
+    def _sync(self, llm: Any, tokens: list[int], stop: Callable[[], bool]) -> int:
         """Make the KV cache hold ``tokens``; return how many were already there.
 
         Evaluates what differs, ``prompt_chunk`` tokens per decode, and returns early (the
-        cache then holds a prefix of ``tokens``) when ``cancel`` is set between chunks.
+        cache then holds a prefix of ``tokens``) when ``stop()`` is true between chunks.
         """
         n = min(int(llm.n_tokens), len(tokens))
         differ = np.flatnonzero(llm.input_ids[:n] != np.asarray(tokens[:n], dtype=np.intc))
@@ -523,7 +524,7 @@ class LlamaCppBackend(LlmBackend):
         llm.n_tokens = common  # eval() first removes everything after n_tokens from the KV
         chunk = max(int(self.sampling.prompt_chunk), 1)
         for start in range(common, len(tokens), chunk):
-            if cancel is not None and cancel.is_set():
+            if stop():
                 break
             llm.eval(tokens[start:start + chunk])
         return common
@@ -532,15 +533,21 @@ class LlamaCppBackend(LlmBackend):
         """Evaluate system, history, scene and the user's words so far (not ``"Robot:"``).
 
         Returns the tokens evaluated now (0 when everything was cached, or when a
-        generation is running: warming is an optimisation and never waits).
+        generation is running: warming is an optimisation and never waits). It also stops
+        between chunks as soon as a :meth:`generate` call waits for the model, so a long
+        warm never delays an answer by more than one chunk.
         """
         if not self._lock.acquire(blocking=False):
             return 0
+
+        def stop() -> bool:
+            return (cancel is not None and cancel.is_set()) or self._generate_waiting.is_set()
+
         try:
             llm = self._require()
             self._apply_threads(llm)
             tokens, _ = self._fit(prompt, self._reserve(None), open_turn=False)
-            common = self._sync(llm, tokens, cancel)
+            common = self._sync(llm, tokens, stop)
             return llm.n_tokens - common
         except (RuntimeError, ValueError, OSError) as err:
             raise EngineError(f"LLM prompt evaluation failed: {err}") from err
@@ -563,11 +570,15 @@ class LlamaCppBackend(LlmBackend):
         stats = GenerationStats()
         self._last_stats = stats
         limit = int(max_tokens or self.sampling.max_tokens)
-        while not self._lock.acquire(timeout=0.02):
-            if cancel.is_set():
-                stats.cancelled, stats.stop_reason = True, "cancelled"
-                stats.total_s = time.perf_counter() - t0
-                return
+        self._generate_waiting.set()  # a running warm() gives way at its next chunk
+        try:
+            while not self._lock.acquire(timeout=0.02):
+                if cancel.is_set():
+                    stats.cancelled, stats.stop_reason = True, "cancelled"
+                    stats.total_s = time.perf_counter() - t0
+                    return
+        finally:
+            self._generate_waiting.clear()
         try:
             yield from self._decode(prompt, cancel, limit, stats, t0)
         except (RuntimeError, ValueError, OSError) as err:
@@ -584,7 +595,7 @@ class LlamaCppBackend(LlmBackend):
         stats.prompt_tokens = len(tokens)
         # Evaluate all but the last prompt token in chunks; Llama.generate then evaluates the
         # last one (it reuses the cached prefix) and samples from its logits.
-        stats.reused_tokens = self._sync(llm, tokens[:-1], cancel)
+        stats.reused_tokens = self._sync(llm, tokens[:-1], cancel.is_set)
         stats.evaluated_tokens = len(tokens) - stats.reused_tokens
         if cancel.is_set():
             stats.evaluated_tokens = llm.n_tokens - stats.reused_tokens
