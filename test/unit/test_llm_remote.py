@@ -210,3 +210,7 @@ def test_remote_configuration_errors() -> None:
                             "llm.remote.timeout_s": 3.0})
     assert isinstance(backend, RemoteBackend)
     assert backend._endpoint("models") == "http://h:9/v1/models"
+    backend.update({"llm.max_tokens": 7, "llm.temperature": 0.5, "llm.n_ctx": 512})
+    assert backend.sampling.max_tokens == 7 and backend.sampling.temperature == 0.5
+    with pytest.raises(ConfigError, match="llm.top_p"):
+        backend.update({"llm.top_p": 2.0})

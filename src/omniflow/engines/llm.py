@@ -216,12 +216,14 @@ class LlmBackend(abc.ABC):
     Not thread-safe for concurrent generations: one :meth:`generate` at a time (a second
     waits for the first to finish, checking its own cancel event while it waits). ``warm``
     may be called from another thread: it does nothing while a generation runs.
+    ``sampling`` holds the live settings (:meth:`update` changes them).
     """
 
     name: str = "llm"
 
     def __init__(self) -> None:
         self._last_stats: GenerationStats | None = None
+        self.sampling = Sampling()
 
     @abc.abstractmethod
     def load(self) -> None:
@@ -253,8 +255,16 @@ class LlmBackend(abc.ABC):
         """The statistics of the last :meth:`generate` (filled as it runs)."""
         return self._last_stats
 
-    def update(self, values: Mapping[str, Any]) -> None:  # noqa: B027 - optional hook
-        """Apply live parameters (``llm.*`` names of LLM_PARAMS with ``live=True``)."""
+    def update(self, values: Mapping[str, Any]) -> None:
+        """Apply live parameters (``llm.*`` names of LLM_PARAMS with ``live=True``).
+
+        Takes effect from the next generation. Other names are ignored; an invalid value
+        raises ConfigError and nothing is applied.
+        """
+        problems = validate(LLM_PARAMS, values)
+        if problems:
+            raise ConfigError("; ".join(problems))
+        self.sampling.update(values)
 
 
 # --- model files -----------------------------------------------------------------------
@@ -475,10 +485,7 @@ class LlamaCppBackend(LlmBackend):
         self._threads = int(threads)
 
     def update(self, values: Mapping[str, Any]) -> None:
-        problems = validate(LLM_PARAMS, values)
-        if problems:
-            raise ConfigError("; ".join(problems))
-        self.sampling.update(values)
+        super().update(values)
         if "llm.threads" in values:
             self.set_threads(int(values["llm.threads"]))
 
@@ -742,9 +749,6 @@ class MiniCpmVBackend(LlmBackend):
     def loaded(self) -> bool:
         return self._llm is not None
 
-    def update(self, values: Mapping[str, Any]) -> None:
-        self.sampling.update(values)
-
     def generate(self, prompt: Prompt, *, cancel: threading.Event,
                  max_tokens: int | None = None) -> Iterator[str]:
         if self._llm is None:
@@ -876,9 +880,6 @@ class RemoteBackend(LlmBackend):
     @property
     def loaded(self) -> bool:
         return self._loaded
-
-    def update(self, values: Mapping[str, Any]) -> None:
-        self.sampling.update(values)
 
     def generate(self, prompt: Prompt, *, cancel: threading.Event,
                  max_tokens: int | None = None) -> Iterator[str]:
