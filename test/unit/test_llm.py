@@ -326,6 +326,9 @@ def test_minicpmv_needs_its_model_and_mmproj(tiny_path: Path, tmp_path: Path) ->
     with pytest.raises(EngineError, match="mmproj not found") as info:
         MiniCpmVBackend(tiny_path, tmp_path / "mmproj.gguf").load()
     assert str(tmp_path / "mmproj.gguf") in str(info.value)
+    with pytest.raises(EngineError, match="does not load as a vision projector") as info:
+        MiniCpmVBackend(tiny_path, tiny_path, n_ctx=256).load()  # a GGUF, but no projector
+    assert str(tiny_path) in str(info.value)
     not_gguf = tmp_path / "mmproj.bin"
     not_gguf.write_bytes(b"\x00" * 64)
     with pytest.raises(EngineError, match="not a GGUF file"):

@@ -731,13 +731,26 @@ class MiniCpmVBackend(LlmBackend):
         from llama_cpp.llama_chat_format import MiniCPMv26ChatHandler
         try:
             handler = MiniCPMv26ChatHandler(clip_model_path=str(mmproj), verbose=False)
-            self._llm = llama_cpp.Llama(
+            llm = llama_cpp.Llama(
                 model_path=str(model), chat_handler=handler, n_ctx=self._n_ctx,
                 n_threads=self._threads, n_threads_batch=self._threads,
                 seed=_seed(self._seed_value), verbose=False)
         except (ValueError, RuntimeError, OSError) as err:
             raise EngineError(f"llama.cpp could not load the MiniCPM-V model {model} with "
                               f"mmproj {mmproj}: {err}") from err
+        # The handler loads the projector lazily, at the first image: load it now, so that a
+        # wrong mmproj is reported here and not in the middle of a conversation.
+        init = getattr(handler, "_init_mtmd_context", None)
+        if init is not None:
+            try:
+                init(llm)
+            except (ValueError, RuntimeError, OSError) as err:
+                llm.close()
+                raise EngineError(
+                    f"the mmproj {mmproj} does not load as a vision projector for {model} "
+                    f"({err}): llm.mmproj_path must be the mmproj GGUF released with the "
+                    f"model") from err
+        self._llm = llm
 
     def close(self) -> None:
         with self._lock:
