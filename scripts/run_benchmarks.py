@@ -29,6 +29,7 @@ ARGUMENTS = {
     "barge_in": ["--passes", "10"],
     "power": ["--seconds", "60"],
     "dialogue": ["--rounds", "7"],
+    "llm": ["--rounds", "7"],
     "full_duplex": ["--passes", "8"],
 }
 

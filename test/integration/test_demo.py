@@ -24,13 +24,15 @@ def test_demo_prints_transcript_frames_latency_and_writes_the_report(tmp_path, i
     for stage in ("capture", "VAD/ASR", "vision", "association", "first token", "first audio",
                   "end to end"):
         assert f"\n{stage} " in out, stage
-    assert "n/a" in out  # no node publishes a response yet
+    assert "robot (turn" in out and "response:" in out  # the answer, as it streamed
     assert f"wrote under {tmp_path}" in out
     for step in ("[1/5]", "[3/5] replaying"):
         assert step in result.stderr
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["transcripts"] and report["associations"]
     assert report["latency"]["association"]["n"] >= 1
+    assert report["responses"] and any(r["text"].strip() for r in report["responses"])
+    assert report["latency"]["first token"]["n"] >= 1
     assert (tmp_path / "timeline.png").read_bytes().startswith(b"\x89PNG")
     assert list(tmp_path.glob("chosen_frame_*.png"))
     if inputs:

@@ -16,9 +16,12 @@ def test_replaying_the_sample_session_matches_the_golden_file(tmp_path):
     summary = regression.summarize(result.run)
     # What the session is made of: a question while pointing, an echo, a barge-in.
     assert len(summary["transcript"]) >= 2, summary
-    assert summary["associations"] and all(a["chosen_s"] for a in summary["associations"])
+    assert summary["associations"] and summary["associations"][0]["chosen_s"], summary
     first = summary["associations"][0]
     assert 0.8 <= first["trigger_s"] <= 1.3 and 0.8 <= first["chosen_s"][0] <= 1.4
+    # The robot answered the question and did not take its own voice for the user's.
+    assert summary["response"] == [{"nonempty": True}], summary
+    assert not any(0.0 < t["start_s"] - 3.2 < 2.5 for t in summary["transcript"]), summary
     golden = json.loads(regression.golden_path().read_text(encoding="utf-8"))
     problems = regression.compare(summary, golden)
     assert problems == [], ("\n".join(problems) + "\nthis run: " + json.dumps(summary) +

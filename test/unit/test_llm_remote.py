@@ -15,7 +15,7 @@ import pytest
 from tiny_gguf import write_tiny_gguf
 
 from omniflow.core.prompt import Prompt, Turn
-from omniflow.engines.llm import RemoteBackend, _Sampling, make_backend
+from omniflow.engines.llm import RemoteBackend, Sampling, make_backend
 from omniflow.errors import ConfigError, EngineError
 
 pytest.importorskip("llama_cpp.server")
@@ -66,7 +66,7 @@ def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 def _remote(url: str, **kwargs) -> RemoteBackend:
-    kwargs.setdefault("sampling", _Sampling(temperature=0.0, max_tokens=16))
+    kwargs.setdefault("sampling", Sampling(temperature=0.0, max_tokens=16))
     return RemoteBackend(url, timeout_s=kwargs.pop("timeout_s", 20.0), **kwargs)
 
 
@@ -85,7 +85,7 @@ def test_streams_from_llama_cpp_server(server_url: str, api: str) -> None:
 
 
 def test_cancel_closes_the_stream(server_url: str) -> None:
-    backend = _remote(server_url, sampling=_Sampling(temperature=0.0, max_tokens=400))
+    backend = _remote(server_url, sampling=Sampling(temperature=0.0, max_tokens=400))
     cancel = threading.Event()
     received = []
     for delta in backend.generate(PROMPT, cancel=cancel):
@@ -210,3 +210,7 @@ def test_remote_configuration_errors() -> None:
                             "llm.remote.timeout_s": 3.0})
     assert isinstance(backend, RemoteBackend)
     assert backend._endpoint("models") == "http://h:9/v1/models"
+    backend.update({"llm.max_tokens": 7, "llm.temperature": 0.5, "llm.n_ctx": 512})
+    assert backend.sampling.max_tokens == 7 and backend.sampling.temperature == 0.5
+    with pytest.raises(ConfigError, match="llm.top_p"):
+        backend.update({"llm.top_p": 2.0})

@@ -61,6 +61,7 @@ __all__ = [
     "LlmBackend",
     "MiniCpmVBackend",
     "RemoteBackend",
+    "Sampling",
     "StopFilter",
     "check_gguf",
     "embedded_model_path",
@@ -128,6 +129,14 @@ LLM_PARAMS: tuple[ParamSpec, ...] = (
 )
 
 _LIVE_NAMES = frozenset(spec.name for spec in LLM_PARAMS if spec.live)
+
+# llama.cpp's CPU threads are OpenMP threads, and by default an idle one spins. When other
+# processes compete for the cores (the rest of the graph does), 2 threads took 8-18 s instead
+# of ~1 s for 32 tokens here; passive waiting fixes that and costs nothing measurable on an
+# idle machine (benchmarks/README.md). libgomp reads the variable once, when it is loaded, so
+# it is set on import of this module, before anything imports llama_cpp; a user's own setting
+# wins. It has no effect if something loaded libgomp earlier in the process.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 @dataclass
@@ -207,12 +216,14 @@ class LlmBackend(abc.ABC):
     Not thread-safe for concurrent generations: one :meth:`generate` at a time (a second
     waits for the first to finish, checking its own cancel event while it waits). ``warm``
     may be called from another thread: it does nothing while a generation runs.
+    ``sampling`` holds the live settings (:meth:`update` changes them).
     """
 
     name: str = "llm"
 
     def __init__(self) -> None:
         self._last_stats: GenerationStats | None = None
+        self.sampling = Sampling()
 
     @abc.abstractmethod
     def load(self) -> None:
@@ -244,8 +255,16 @@ class LlmBackend(abc.ABC):
         """The statistics of the last :meth:`generate` (filled as it runs)."""
         return self._last_stats
 
-    def update(self, values: Mapping[str, Any]) -> None:  # noqa: B027 - optional hook
-        """Apply live parameters (``llm.*`` names of LLM_PARAMS with ``live=True``)."""
+    def update(self, values: Mapping[str, Any]) -> None:
+        """Apply live parameters (``llm.*`` names of LLM_PARAMS with ``live=True``).
+
+        Takes effect from the next generation. Other names are ignored; an invalid value
+        raises ConfigError and nothing is applied.
+        """
+        problems = validate(LLM_PARAMS, values)
+        if problems:
+            raise ConfigError("; ".join(problems))
+        self.sampling.update(values)
 
 
 # --- model files -----------------------------------------------------------------------
@@ -356,7 +375,13 @@ def _seed(value: int) -> int:
 
 
 @dataclass
-class _Sampling:
+class Sampling:
+    """The live settings of a backend (``llm.*`` parameters with ``live=True``).
+
+    Changed by :meth:`LlmBackend.update`; read at the start of every generation.
+    ``system_prompt`` is kept for the caller that builds the :class:`Prompt`.
+    """
+
     max_tokens: int = 48
     temperature: float = 0.0
     top_p: float = 0.9
@@ -383,7 +408,7 @@ class LlamaCppBackend(LlmBackend):
     """
 
     def __init__(self, model_path: str | Path | Callable[[], Path], *, n_ctx: int = 2048,
-                 threads: int = 2, seed: int = -1, sampling: _Sampling | None = None,
+                 threads: int = 2, seed: int = -1, sampling: Sampling | None = None,
                  fmt: PromptFormat = DEFAULT_FORMAT, name: str = "gguf") -> None:
         super().__init__()
         self.name = name
@@ -391,10 +416,11 @@ class LlamaCppBackend(LlmBackend):
         self._n_ctx = int(n_ctx)
         self._threads = int(threads)
         self._seed_value = int(seed)
-        self.sampling = sampling or _Sampling()
+        self.sampling = sampling or Sampling()
         self.fmt = fmt
         self._llm: Any = None
         self._lock = threading.Lock()
+        self._generate_waiting = threading.Event()
         self._path: Path | None = None
 
     # lifecycle --------------------------------------------------------------------------
@@ -439,15 +465,27 @@ class LlamaCppBackend(LlmBackend):
         """Context size in tokens."""
         return self._n_ctx
 
+    @property
+    def llama(self) -> Any:
+        """The underlying ``llama_cpp.Llama`` (None when not loaded), for tools and benchmarks.
+
+        Using it directly between generations is allowed; the next prompt then simply reuses
+        whatever prefix of its tokens the cache still holds.
+        """
+        return self._llm
+
+    def reset(self) -> None:
+        """Forget the KV cache: the next prompt is evaluated from its first token."""
+        with self._lock:
+            if self._llm is not None:
+                self._llm.reset()
+
     def set_threads(self, threads: int) -> None:
         """Use ``threads`` CPU threads from the next evaluation on (no reload)."""
         self._threads = int(threads)
 
     def update(self, values: Mapping[str, Any]) -> None:
-        problems = validate(LLM_PARAMS, values)
-        if problems:
-            raise ConfigError("; ".join(problems))
-        self.sampling.update(values)
+        super().update(values)
         if "llm.threads" in values:
             self.set_threads(int(values["llm.threads"]))
 
@@ -481,11 +519,11 @@ class LlamaCppBackend(LlmBackend):
             self._set_threads(llm.ctx, self._threads, self._threads)
             llm.n_threads = llm.n_threads_batch = self._threads
 
-    def _sync(self, llm: Any, tokens: list[int], cancel: threading.Event | None) -> int:
+    def _sync(self, llm: Any, tokens: list[int], stop: Callable[[], bool]) -> int:
         """Make the KV cache hold ``tokens``; return how many were already there.
 
         Evaluates what differs, ``prompt_chunk`` tokens per decode, and returns early (the
-        cache then holds a prefix of ``tokens``) when ``cancel`` is set between chunks.
+        cache then holds a prefix of ``tokens``) when ``stop()`` is true between chunks.
         """
         n = min(int(llm.n_tokens), len(tokens))
         differ = np.flatnonzero(llm.input_ids[:n] != np.asarray(tokens[:n], dtype=np.intc))
@@ -493,7 +531,7 @@ class LlamaCppBackend(LlmBackend):
         llm.n_tokens = common  # eval() first removes everything after n_tokens from the KV
         chunk = max(int(self.sampling.prompt_chunk), 1)
         for start in range(common, len(tokens), chunk):
-            if cancel is not None and cancel.is_set():
+            if stop():
                 break
             llm.eval(tokens[start:start + chunk])
         return common
@@ -502,15 +540,21 @@ class LlamaCppBackend(LlmBackend):
         """Evaluate system, history, scene and the user's words so far (not ``"Robot:"``).
 
         Returns the tokens evaluated now (0 when everything was cached, or when a
-        generation is running: warming is an optimisation and never waits).
+        generation is running: warming is an optimisation and never waits). It also stops
+        between chunks as soon as a :meth:`generate` call waits for the model, so a long
+        warm never delays an answer by more than one chunk.
         """
         if not self._lock.acquire(blocking=False):
             return 0
+
+        def stop() -> bool:
+            return (cancel is not None and cancel.is_set()) or self._generate_waiting.is_set()
+
         try:
             llm = self._require()
             self._apply_threads(llm)
             tokens, _ = self._fit(prompt, self._reserve(None), open_turn=False)
-            common = self._sync(llm, tokens, cancel)
+            common = self._sync(llm, tokens, stop)
             return llm.n_tokens - common
         except (RuntimeError, ValueError, OSError) as err:
             raise EngineError(f"LLM prompt evaluation failed: {err}") from err
@@ -533,11 +577,15 @@ class LlamaCppBackend(LlmBackend):
         stats = GenerationStats()
         self._last_stats = stats
         limit = int(max_tokens or self.sampling.max_tokens)
-        while not self._lock.acquire(timeout=0.02):
-            if cancel.is_set():
-                stats.cancelled, stats.stop_reason = True, "cancelled"
-                stats.total_s = time.perf_counter() - t0
-                return
+        self._generate_waiting.set()  # a running warm() gives way at its next chunk
+        try:
+            while not self._lock.acquire(timeout=0.02):
+                if cancel.is_set():
+                    stats.cancelled, stats.stop_reason = True, "cancelled"
+                    stats.total_s = time.perf_counter() - t0
+                    return
+        finally:
+            self._generate_waiting.clear()
         try:
             yield from self._decode(prompt, cancel, limit, stats, t0)
         except (RuntimeError, ValueError, OSError) as err:
@@ -554,7 +602,7 @@ class LlamaCppBackend(LlmBackend):
         stats.prompt_tokens = len(tokens)
         # Evaluate all but the last prompt token in chunks; Llama.generate then evaluates the
         # last one (it reuses the cached prefix) and samples from its logits.
-        stats.reused_tokens = self._sync(llm, tokens[:-1], cancel)
+        stats.reused_tokens = self._sync(llm, tokens[:-1], cancel.is_set)
         stats.evaluated_tokens = len(tokens) - stats.reused_tokens
         if cancel.is_set():
             stats.evaluated_tokens = llm.n_tokens - stats.reused_tokens
@@ -658,14 +706,14 @@ class MiniCpmVBackend(LlmBackend):
     name = "minicpmv"
 
     def __init__(self, model_path: str | Path, mmproj_path: str | Path, *, n_ctx: int = 4096,
-                 threads: int = 2, seed: int = -1, sampling: _Sampling | None = None) -> None:
+                 threads: int = 2, seed: int = -1, sampling: Sampling | None = None) -> None:
         super().__init__()
         self._model_path = model_path
         self._mmproj_path = mmproj_path
         self._n_ctx = int(n_ctx)
         self._threads = int(threads)
         self._seed_value = int(seed)
-        self.sampling = sampling or _Sampling()
+        self.sampling = sampling or Sampling()
         self._llm: Any = None
         self._lock = threading.Lock()
 
@@ -683,13 +731,26 @@ class MiniCpmVBackend(LlmBackend):
         from llama_cpp.llama_chat_format import MiniCPMv26ChatHandler
         try:
             handler = MiniCPMv26ChatHandler(clip_model_path=str(mmproj), verbose=False)
-            self._llm = llama_cpp.Llama(
+            llm = llama_cpp.Llama(
                 model_path=str(model), chat_handler=handler, n_ctx=self._n_ctx,
                 n_threads=self._threads, n_threads_batch=self._threads,
                 seed=_seed(self._seed_value), verbose=False)
         except (ValueError, RuntimeError, OSError) as err:
             raise EngineError(f"llama.cpp could not load the MiniCPM-V model {model} with "
                               f"mmproj {mmproj}: {err}") from err
+        # The handler loads the projector lazily, at the first image: load it now, so that a
+        # wrong mmproj is reported here and not in the middle of a conversation.
+        init = getattr(handler, "_init_mtmd_context", None)
+        if init is not None:
+            try:
+                init(llm)
+            except (ValueError, RuntimeError, OSError) as err:
+                llm.close()
+                raise EngineError(
+                    f"the mmproj {mmproj} does not load as a vision projector for {model} "
+                    f"({err}): llm.mmproj_path must be the mmproj GGUF released with the "
+                    f"model") from err
+        self._llm = llm
 
     def close(self) -> None:
         with self._lock:
@@ -700,9 +761,6 @@ class MiniCpmVBackend(LlmBackend):
     @property
     def loaded(self) -> bool:
         return self._llm is not None
-
-    def update(self, values: Mapping[str, Any]) -> None:
-        self.sampling.update(values)
 
     def generate(self, prompt: Prompt, *, cancel: threading.Event,
                  max_tokens: int | None = None) -> Iterator[str]:
@@ -772,7 +830,7 @@ class RemoteBackend(LlmBackend):
 
     def __init__(self, url: str, *, model: str = "", api: str = "chat", api_key: str = "",
                  timeout_s: float = 10.0, images: bool = False,
-                 sampling: _Sampling | None = None, fmt: PromptFormat = DEFAULT_FORMAT) -> None:
+                 sampling: Sampling | None = None, fmt: PromptFormat = DEFAULT_FORMAT) -> None:
         super().__init__()
         parsed = urllib.parse.urlsplit(url)
         if parsed.scheme not in ("http", "https") or not parsed.hostname:
@@ -788,7 +846,7 @@ class RemoteBackend(LlmBackend):
         self._api_key = api_key
         self._timeout = float(timeout_s)
         self._images = images
-        self.sampling = sampling or _Sampling()
+        self.sampling = sampling or Sampling()
         self.fmt = fmt
         self._loaded = False
 
@@ -835,9 +893,6 @@ class RemoteBackend(LlmBackend):
     @property
     def loaded(self) -> bool:
         return self._loaded
-
-    def update(self, values: Mapping[str, Any]) -> None:
-        self.sampling.update(values)
 
     def generate(self, prompt: Prompt, *, cancel: threading.Event,
                  max_tokens: int | None = None) -> Iterator[str]:
@@ -956,7 +1011,7 @@ def make_backend(values: Mapping[str, Any]) -> LlmBackend:
     problems = validate(LLM_PARAMS, merged)
     if problems:
         raise ConfigError("; ".join(problems))
-    sampling = _Sampling(
+    sampling = Sampling(
         max_tokens=merged["llm.max_tokens"], temperature=merged["llm.temperature"],
         top_p=merged["llm.top_p"], top_k=merged["llm.top_k"],
         repeat_penalty=merged["llm.repeat_penalty"], prompt_chunk=merged["llm.prompt_chunk"],
