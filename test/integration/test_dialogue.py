@@ -43,12 +43,14 @@ def test_converse_goal_streams_an_answer_that_is_spoken(graph):
     chunks = [c for c in graph.chunks.messages if c.turn_id == result.turn_id]
     assert [c.index for c in chunks] == list(range(len(chunks)))
     assert turn_text(chunks, result.turn_id) == result.response
+    graph.states.wait_until(lambda ms: ms[-1].state == DialogueState.LISTENING, timeout=10,
+                            what="listening after the turn")
     sequence = graph.state_sequence()
     assert DialogueState.THINKING in sequence and DialogueState.SPEAKING in sequence
-    assert sequence[-1] == DialogueState.LISTENING
-    # the speech node played it
-    assert any(s.speaking and s.turn_id == result.turn_id
-               for s in graph.speech_states.messages)
+    # the speech node played it (the turn ends when it has)
+    graph.speech_states.wait_until(
+        lambda ms: any(s.speaking and s.turn_id == result.turn_id for s in ms), timeout=10,
+        what="the answer played")
 
 
 def test_cancel_stops_generation_and_speech(graph):
