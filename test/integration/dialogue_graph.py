@@ -39,9 +39,8 @@ class Graph:
         self.namespace = f"/t{uuid.uuid4().hex[:6]}"
         self.dialogue = start_node(DIALOGUE, "dialogue", dialogue_params(**params),
                                    namespace=self.namespace)
-        if speech:
-            self.speech = start_node(SPEECH, "speech", {"sink": "null"},
-                                     namespace=self.namespace)
+        self.speech = start_node(SPEECH, "speech", {"sink": "null"},
+                                 namespace=self.namespace) if speech else None
         self.states = TopicRecorder(ros_node, DialogueState, self.topic("dialogue_state"),
                                     LATCHED)
         self.chunks = TopicRecorder(ros_node, ResponseChunk, self.topic("response"), EVENTS)
@@ -69,6 +68,12 @@ class Graph:
             while publisher.get_subscription_count() < 1:
                 assert time.monotonic() < deadline, "the dialogue node never subscribed"
                 time.sleep(0.05)
+        if self.speech is not None:  # the speech node hears the answers and is active
+            while self.node.count_subscribers(self.topic("response")) < 2:
+                assert time.monotonic() < deadline, "the speech node never subscribed"
+                time.sleep(0.05)
+            self.speech_states.wait_for(1, timeout=START_TIMEOUT_S)
+            time.sleep(1.0)  # discovery settles both ways
 
     def send(self, prompt: str = "", *, listen: bool = False, preempt: bool = False,
              timeout_s: float = 0.0):
