@@ -15,7 +15,8 @@ Measured in one run, with the embedded Gemma 3 270M (``--model`` for another GGU
   start, partial transcripts word by word every ``--word-ms``, then the final transcript.
   Latency from publishing the final transcript to the first ``response`` chunk arriving here:
   ``warmed`` (partials fed to the model while the user spoke) against ``final_only`` (no
-  partials: the whole question is evaluated at the end).
+  partials: the whole question is evaluated at the end). Every round asks a different
+  question, so none finds its question already in the cache.
 
 Both processes run llama.cpp with ``--threads`` threads on one host; nothing else of omniflow
 runs. A benchmark prints figures; it does not fail on a slow machine. Prints JSON; ``--json
@@ -37,7 +38,15 @@ from pathlib import Path
 
 import numpy as np
 
-QUESTION = "What colour is the sky on a clear day?"
+# A question the embedded model answers with a whole sentence (about 17 tokens): decode speed.
+QUESTION = "Describe a sunny day at the beach."
+# Spoken questions, a different one every round, so that no round finds its question cached
+# from the one before.
+SPOKEN = ("What colour is the sky on a clear day?", "How do plants make their food?",
+          "Where do penguins live?", "What can you tell me about Paris?",
+          "What is a robot?", "Why do cats like boxes?", "What is the capital of Spain?",
+          "How many legs does a spider have?", "What do bees make?",
+          "Which planet is the largest?")
 
 
 def summary(values: list[float], digits: int = 2) -> dict[str, float | int]:
@@ -186,12 +195,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
 
-    import llama_cpp
-
     from omniflow.core.prompt import DEFAULT_FORMAT, Prompt
     from omniflow.engines.llm import DEFAULT_SYSTEM_PROMPT, LLM_PARAMS, embedded_model_path
 
     model = args.model or embedded_model_path()
+    # After omniflow.engines.llm, which sets llama.cpp's OpenMP wait policy (passive unless
+    # OMP_WAIT_POLICY is set): both sides must run with the same policy.
+    import llama_cpp
     defaults = {spec.name: spec.default for spec in LLM_PARAMS}
     text = DEFAULT_FORMAT.render(Prompt(DEFAULT_SYSTEM_PROMPT, user=QUESTION))
     raw = llama_cpp.Llama(model_path=str(model), n_ctx=defaults["llm.n_ctx"],
@@ -225,9 +235,10 @@ def main(argv: list[str] | None = None) -> int:
                 rounds[name].append(raw_round() if name == "raw" else
                                     node.goal_round(QUESTION))
         speech = {"warmed": [], "final_only": []}
+        spoken = iter(SPOKEN * (2 * args.rounds // len(SPOKEN) + 1))
         for i in range(args.rounds):
             for name in (("warmed", "final_only") if i % 2 == 0 else ("final_only", "warmed")):
-                speech[name].append(node.speech_round(QUESTION, args.word_ms / 1000,
+                speech[name].append(node.speech_round(next(spoken), args.word_ms / 1000,
                                                       partials=name == "warmed"))
     finally:
         node.close()
