@@ -13,6 +13,8 @@ Method (prints one JSON object):
   pass's turn is cancelled); once the robot has been speaking for ``--talk-s``, the user's
   recording starts. Its voice onset (the first 10 ms within 35 dB of its loudest frame) in
   stream time is the zero of every figure:
+  ``start_stamp``: the START's own stamp (where the VAD places the start of speech: how much
+  of the onset it did not take for voice);
   ``voice_activity``: the fusion node's START arrives here;
   ``interrupted``: the dialogue node's INTERRUPTED state arrives here;
   ``last_chunk``: the last response chunk of the interrupted turn arrives (generation
@@ -42,6 +44,7 @@ import uuid
 from pathlib import Path
 
 import numpy as np
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "test" / "integration"))  # the room
@@ -63,8 +66,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--passes", type=int, default=8)
     parser.add_argument("--talk-s", type=float, default=1.5,
                         help="how long the robot speaks before the user starts")
+    parser.add_argument("--fusion", nargs="*", default=[], metavar="NAME=VALUE",
+                        help="fusion node parameters for a variant, e.g. echo.wait_ms=0")
     parser.add_argument("--json", type=Path, help="also write the JSON here")
     args = parser.parse_args(argv)
+    fusion_params: dict[str, object] = {"vision.enabled": False}
+    for item in args.fusion:
+        name, _, value = item.partition("=")
+        fusion_params[name] = yaml.safe_load(value)
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
 
     import rclpy
@@ -81,8 +90,7 @@ def main(argv: list[str] | None = None) -> int:
 
     ns = f"/duplex{uuid.uuid4().hex[:6]}"
     processes = [
-        NodeProcess(NodeSpec("omniflow.nodes.fusion", "fusion", {"vision.enabled": False},
-                             namespace=ns)),
+        NodeProcess(NodeSpec("omniflow.nodes.fusion", "fusion", fusion_params, namespace=ns)),
         NodeProcess(NodeSpec("omniflow.nodes.dialogue", "dialogue",
                              {"proactive.enabled": False, "llm.max_tokens": 256},
                              namespace=ns)),
@@ -101,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     client = ActionClient(node, Converse, f"{ns}/converse")
     room = Room(node, ns)
     figures: dict[str, list[float]] = {k: [] for k in (
-        "voice_activity", "interrupted", "last_chunk", "speech_idle", "playback_end")}
+        "start_stamp", "voice_activity", "interrupted", "last_chunk", "speech_idle",
+        "playback_end")}
     false_starts = 0
     robot_alone_s = 0.0
     try:
@@ -160,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
                         and r.wall_ns >= user_at - 10**9]
                 if start is not None:
                     figures["voice_activity"].append((start.wall_ns - onset_ns) / 1e6)
+                    figures["start_stamp"].append(
+                        (ns_from_time(start.msg.header.stamp) - onset_ns) / 1e6)
                 figures["interrupted"].append((interrupted.wall_ns - onset_ns) / 1e6)
                 figures["speech_idle"].append((idle.wall_ns - onset_ns) / 1e6)
                 if last_chunk is not None:
@@ -174,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         for process in processes:
             process.close()
     result: dict[str, object] = {
-        "passes": args.passes,
+        "passes": args.passes, "fusion": fusion_params,
         "from_voice_onset_ms": {k: stats(v) for k, v in figures.items()},
         "echo": {"false_barge_ins": false_starts,
                  "robot_speaking_alone_s": round(robot_alone_s, 1)},
