@@ -19,8 +19,17 @@ utterance and RSS grew ~590 MB/hour. The node therefore cuts speech at
 
 RSS is read from ``/proc/self/statm`` once per simulated minute; the figure is the slope of a
 least-squares line through the samples after ``--warmup`` simulated minutes (allocator and
-model caches settle first), in MB per simulated hour. Target: <= 0.03 MB/hour. Prints JSON;
+model caches settle first), in MB per simulated hour, and over the second half of the samples
+alone (``mb_per_hour_second_half``: the allocator keeps filling up for about 50 simulated
+minutes, so judge a long run by that). Target: <= 0.03 MB/hour. Prints JSON;
 ``--json PATH`` also writes it. A benchmark prints figures; it does not fail on a slow machine.
+
+Finding where memory goes: ``--vision-rate 0`` (no vision encoder), ``--no-asr`` (VAD only),
+``--asr-engine whisper``; ``--trim`` calls glibc's ``malloc_trim(0)`` before each RSS sample
+(growth that disappears with it is freed heap the allocator kept, not live data);
+``--trace`` starts tracemalloc at the end of the warm-up and reports what Python allocated
+after it and still holds at the end (by line and by file), and the change in the number of
+live objects by type (gc), so Python-level growth is told apart from native growth.
 
     .venv/bin/python benchmarks/fusion_memory.py --minutes 30 --json build/bench/fusion_memory.json
 """
@@ -28,9 +37,13 @@ model caches settle first), in MB per simulated hour. Target: <= 0.03 MB/hour. P
 from __future__ import annotations
 
 import argparse
+import collections
+import ctypes
+import gc
 import json
 import os
 import time
+import tracemalloc
 from pathlib import Path
 
 import cv2
@@ -41,7 +54,7 @@ from omniflow.core.association import Associator
 from omniflow.core.scheduler import Slice, TdmScheduler
 from omniflow.core.semantic import CODE_BITS, Gate, LshEncoder
 from omniflow.core.tokens import Modality, Token, TokenRing
-from omniflow.engines.asr import PocketsphinxRecognizer
+from omniflow.engines.asr import ASR_ENGINES, make_recognizer
 from omniflow.engines.vad import NS_PER_SAMPLE, make_vad
 from omniflow.engines.vision import make_default_encoder
 from omniflow.nodes.fusion import audio_features
@@ -86,16 +99,16 @@ def video_frames(limit: int = 60) -> list[np.ndarray]:
 class Pipeline:
     """The fusion node's four stages on plain values (see the node for the ROS side)."""
 
-    def __init__(self, vision_rate_hz: float) -> None:
+    def __init__(self, vision_rate_hz: float, asr: str | None = "pocketsphinx") -> None:
         self.ring = TokenRing(128)
         self.associator = Associator(self.ring, 80 * _MS, 120 * _MS,
                                      gate=Gate(max_hamming=CODE_BITS),
                                      modalities=(Modality.VISION,))
         self.vad = make_vad("webrtc", min_silence_ms=400.0)
-        self.asr = PocketsphinxRecognizer()
-        self.vision = make_default_encoder()
+        self.asr = make_recognizer(asr) if asr else None
+        self.vision = make_default_encoder() if vision_rate_hz > 0 else None
         self.lsh = LshEncoder(16, seed=1)
-        self.vision_period_ns = int(_NS_PER_S / vision_rate_hz)
+        self.vision_period_ns = int(_NS_PER_S / vision_rate_hz) if vision_rate_hz > 0 else 0
         self.scheduler = TdmScheduler(40 * _MS, ingest=self.ingest, encode=self.encode,
                                       associate=self.associate, emit=self.emit)
         self.audio_in: list[tuple[int, np.ndarray]] = []
@@ -116,20 +129,21 @@ class Pipeline:
             for event in self.vad.process(samples, stamp_ns):
                 if event.kind == "start":
                     self.speech_start_ns = event.stamp_ns
-                    self.asr.start(stamp_ns)
+                    if self.asr is not None:
+                        self.asr.start(stamp_ns)
                     self.associator.request(Token(event.stamp_ns, Modality.AUDIO, code))
-                elif self.asr.active:
+                elif self.asr is not None and self.asr.active:
                     self._feed(samples)
                     fed = True
                     result = self.asr.finish()
                     self.texts.append((result.text, event.stamp_ns))
                     self.counts["finals"] += 1
                     self.counts["nonempty_finals"] += bool(result.text)
-            if self.asr.active and not fed:
+            if self.asr is not None and self.asr.active and not fed:
                 self._feed(samples)
             if self.vad.is_speech and stamp_ns - self.speech_start_ns > MAX_UTTERANCE_NS:
                 self.counts["forced_ends"] += 1  # as the node: final now, VAD reset
-                if self.asr.active:
+                if self.asr is not None and self.asr.active:
                     self.asr.finish()
                     self.counts["finals"] += 1
                 self.vad.reset()
@@ -141,7 +155,7 @@ class Pipeline:
             self.counts["partials"] += 1
 
     def encode(self, current: Slice) -> None:
-        if self.frame is None:
+        if self.frame is None or self.vision is None:
             return
         stamp_ns, rgb = self.frame
         if stamp_ns - self.last_vision_ns < self.vision_period_ns * 0.9:
@@ -168,11 +182,50 @@ def slope_per_hour(minutes: list[float], values: list[float]) -> float:
     return float(np.polyfit(np.asarray(minutes), np.asarray(values), 1)[0] * 60.0)
 
 
+def object_counts() -> collections.Counter[str]:
+    """Live objects tracked by the garbage collector, by type name."""
+    return collections.Counter(type(o).__name__ for o in gc.get_objects())
+
+
+def smaps_rss() -> dict[str, int]:
+    """Resident kB per mapping of this process (/proc/self/smaps), keyed by the mapped file,
+    ``[heap]``, ``[stack]``, or ``[anon] <start address>`` for anonymous mappings."""
+    result: dict[str, int] = {}
+    name = ""
+    with open("/proc/self/smaps", encoding="ascii", errors="replace") as smaps:
+        for line in smaps:
+            fields = line.split()
+            if fields and "-" in fields[0] and len(fields) >= 5 and not fields[0].endswith(":"):
+                name = fields[5] if len(fields) > 5 else f"[anon] {fields[0].split('-')[0]}"
+            elif fields and fields[0] == "Rss:":
+                result[name] = result.get(name, 0) + int(fields[1])
+    return result
+
+
+def smaps_growth(before: dict[str, int], after: dict[str, int], top: int = 8) -> list[str]:
+    """The mappings whose resident size changed most between two :func:`smaps_rss`."""
+    names = set(before) | set(after)
+    change = sorted(((after.get(n, 0) - before.get(n, 0), n) for n in names),
+                    key=lambda c: -abs(c[0]))
+    return [f"{kb:+d} kB {name}" for kb, name in change[:top] if kb]
+
+
+def malloc_trim() -> None:
+    """Give glibc's free heap pages back to the system (``malloc_trim(0)``)."""
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
 def run(minutes: float, warmup: float, vision_rate_hz: float, camera_fps: float,
-        gap_s: float) -> dict[str, object]:
+        gap_s: float, asr: str | None = "pocketsphinx", trace: bool = False,
+        trim: bool = False) -> dict[str, object]:
+    smaps_warm: dict[str, int] | None = None
     audio = audio_loop(gap_s)
     frames = video_frames()
-    pipeline = Pipeline(vision_rate_hz)
+    pipeline = Pipeline(vision_rate_hz, asr)
+    traced: dict[str, object] = {}
+    snapshot_mid: tracemalloc.Snapshot | None = None
+    mid_minute = warmup + (minutes - warmup) / 2
+    counts_before: collections.Counter[str] | None = None
     origin = 1_000 * _NS_PER_S
     end_ns = origin + int(minutes * 60 * _NS_PER_S)
     frame_period = int(_NS_PER_S / camera_fps)
@@ -195,10 +248,26 @@ def run(minutes: float, warmup: float, vision_rate_hz: float, camera_fps: float,
             next_frame_ns += frame_period
         pipeline.scheduler.run_due(t_ns)
         if t_ns >= next_sample:
-            samples_min.append((t_ns - origin) / 60 / _NS_PER_S)
+            minute = (t_ns - origin) / 60 / _NS_PER_S
+            if trim:
+                malloc_trim()
+            samples_min.append(minute)
             samples_rss.append(rss_mb())
             next_sample += 60 * _NS_PER_S
+            if smaps_warm is None and minute >= warmup:
+                smaps_warm = smaps_rss()
+            if trace and counts_before is None and minute >= warmup:
+                gc.collect()
+                counts_before = object_counts()
+                tracemalloc.start(8)
+            if trace and snapshot_mid is None and counts_before is not None and \
+                    minute >= mid_minute:
+                gc.collect()
+                snapshot_mid = tracemalloc.take_snapshot()
+    if trace and counts_before is not None:
+        traced = trace_report(counts_before, snapshot_mid)
     wall = time.perf_counter() - wall0
+    smaps_end = smaps_rss()  # before the fit below maps BLAS pages of its own
     kept = [(m, r) for m, r in zip(samples_min, samples_rss, strict=True) if m >= warmup]
     stats = pipeline.scheduler.stats
     return {
@@ -213,6 +282,10 @@ def run(minutes: float, warmup: float, vision_rate_hz: float, camera_fps: float,
         "mb_per_hour": round(slope_per_hour([m for m, _ in kept], [r for _, r in kept]), 4),
         "target_mb_per_hour": 0.03,
         "samples": len(kept),
+        "mb_per_hour_second_half": round(slope_per_hour(
+            [m for m, _ in kept[len(kept) // 2:]], [r for _, r in kept[len(kept) // 2:]]), 4),
+        "rss_mb_every_10_min": [round(r, 3) for m, r in zip(samples_min, samples_rss,
+                                                             strict=True) if round(m) % 10 == 0],
         "counts": pipeline.counts,
         "ring": pipeline.ring.stats.as_dict(),
         "association": vars(pipeline.associator.stats),
@@ -221,6 +294,45 @@ def run(minutes: float, warmup: float, vision_rate_hz: float, camera_fps: float,
                           for name, ns in stats.stage_ns_total.items()},
         "vision_rate_hz": vision_rate_hz,
         "camera_fps": camera_fps,
+        "asr": asr,
+        "malloc_trim": trim,
+        "rss_growth_by_mapping": smaps_growth(smaps_warm or {}, smaps_end),
+        **traced,
+    }
+
+
+def trace_report(counts_before: collections.Counter[str],
+                 snapshot_mid: tracemalloc.Snapshot | None, top: int = 12) -> dict[str, object]:
+    """What Python allocated after the warm-up and still holds, by line and by file; what
+    grew between the middle of the measured span and its end (steady state cancels out);
+    and the change in live objects by type (only types that changed)."""
+    gc.collect()
+    exclude = [tracemalloc.Filter(False, tracemalloc.__file__)]
+    snapshot = tracemalloc.take_snapshot().filter_traces(exclude)
+    grew = []
+    if snapshot_mid is not None:
+        diff = snapshot.compare_to(snapshot_mid.filter_traces(exclude), "lineno")
+        grew = [f"{d.traceback[0].filename}:{d.traceback[0].lineno} {d.size_diff / 1e3:+.1f} kB "
+                f"({d.count_diff:+d} blocks)" for d in diff[:top] if d.size_diff]
+    traced_now, traced_peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    counts = object_counts()
+    counts.subtract(counts_before)
+    by_line = snapshot.statistics("lineno")[:top]
+    by_file = snapshot.statistics("filename")[:top]
+    return {
+        "traced_kb_held_since_warmup": round(traced_now / 1e3, 1),
+        "traced_kb_peak": round(traced_peak / 1e3, 1),
+        "growth_second_half_kb": round(sum(
+            d.size_diff for d in snapshot.compare_to(snapshot_mid.filter_traces(exclude),
+                                                     "filename")) / 1e3, 1)
+        if snapshot_mid is not None else None,
+        "grew_second_half": grew,
+        "top_lines": [f"{s.traceback[0].filename}:{s.traceback[0].lineno} "
+                      f"{s.size / 1e3:.1f} kB in {s.count} blocks" for s in by_line],
+        "top_files": [f"{s.traceback[0].filename} {s.size / 1e3:.1f} kB in {s.count} blocks"
+                      for s in by_file],
+        "object_count_changes": {k: v for k, v in counts.most_common() if v},
     }
 
 
@@ -229,12 +341,22 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=30.0, help="simulated stream length")
     parser.add_argument("--warmup", type=float, default=5.0,
                         help="simulated minutes left out of the slope")
-    parser.add_argument("--vision-rate", type=float, default=5.0, help="frames encoded per s")
+    parser.add_argument("--vision-rate", type=float, default=5.0,
+                        help="frames encoded per s (0: vision off)")
     parser.add_argument("--camera-fps", type=float, default=15.0, help="frames offered per s")
     parser.add_argument("--gap", type=float, default=2.0, help="seconds between utterances")
+    parser.add_argument("--asr-engine", default="pocketsphinx", choices=ASR_ENGINES,
+                        help="the recogniser")
+    parser.add_argument("--no-asr", action="store_true", help="VAD only, no recogniser")
+    parser.add_argument("--trace", action="store_true",
+                        help="tracemalloc from the end of the warm-up; gc object counts")
+    parser.add_argument("--trim", action="store_true",
+                        help="malloc_trim(0) before each RSS sample (allocator check)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
-    result = run(args.minutes, args.warmup, args.vision_rate, args.camera_fps, args.gap)
+    result = run(args.minutes, args.warmup, args.vision_rate, args.camera_fps, args.gap,
+                 asr=None if args.no_asr else args.asr_engine, trace=args.trace,
+                 trim=args.trim)
     text = json.dumps(result, indent=2, default=str)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
