@@ -248,6 +248,8 @@ class FusionNode(LifecycleNode):
         self._preroll: deque[tuple[int, np.ndarray]] = deque()
         self._speech_start_ns = 0
         self._utterance = 0
+        # utterances ended whose final the recogniser has not handed over: (id, start, end)
+        self._finals_due: deque[tuple[int, int, int]] = deque()
         self._last_audio_end_ns = 0
         self._last_vision_ns = 0
         self._pending_frame: tuple[int, np.ndarray] | None = None
@@ -448,6 +450,7 @@ class FusionNode(LifecycleNode):
         self._stop_worker()
         with self._core_lock:
             self._vad = self._asr = self._vision = None
+            self._finals_due.clear()
             self._ring = self._associator = self._scheduler = None
             self._reference = self._echo = self._echo_vad = None
         for publisher in (self._transcript_pub, self._association_pub, self._activity_pub,
@@ -547,6 +550,8 @@ class FusionNode(LifecycleNode):
                     break
                 stamp_ns, samples = self._audio_in.popleft()
             self._ingest_chunk(stamp_ns, samples)
+        if self._asr is not None:
+            self._collect_finals()
         self._publish_activity()
 
     def _awaits_reference(self, stamp_ns: int, samples: np.ndarray) -> bool:
@@ -601,7 +606,7 @@ class FusionNode(LifecycleNode):
                 self.stats.speech_ends += 1
                 self._activity_event(VoiceActivity.END, event.stamp_ns)
                 if self._asr.active:
-                    self._final(self._asr.finish(), event.stamp_ns)
+                    self._end_utterance(event.stamp_ns)
         if self._asr.active and not fed:
             self._asr_feed(samples, end_ns)
         if self._raw_run is not None and self._vad.is_speech:
@@ -658,7 +663,7 @@ class FusionNode(LifecycleNode):
             "finalised and the VAD reset", throttle_duration_sec=_THROTTLE_S)
         self._activity_event(VoiceActivity.END, end_ns)
         if self._asr.active:
-            self._final(self._asr.finish(), end_ns)
+            self._end_utterance(end_ns)
         self._vad.reset()
 
     def _asr_feed(self, samples: np.ndarray, end_ns: int) -> None:
@@ -668,18 +673,39 @@ class FusionNode(LifecycleNode):
             self._texts.append(self._transcript(text, self._speech_start_ns, end_ns,
                                                 float("nan"), False, []))
 
-    def _final(self, result: RecognitionResult, end_ns: int) -> None:
+    def _end_utterance(self, end_ns: int) -> None:
+        """End the recogniser's utterance without waiting for its final (Whisper decodes on
+        its own thread); :meth:`_collect_finals` publishes it in a later pass."""
+        self._asr.end()
+        self._finals_due.append((self._utterance, self._speech_start_ns, end_ns))
+
+    def _collect_finals(self) -> None:
+        """Hand over the finals the recogniser has ready, oldest first."""
+        while self._finals_due:
+            try:
+                result = self._asr.poll_final()
+            except EngineError:
+                self._finals_due.popleft()  # that utterance's final is lost; counted
+                raise
+            if result is None:
+                return
+            self._final(result, *self._finals_due.popleft())
+
+    def _final(self, result: RecognitionResult, utterance: int, start_ns: int,
+               end_ns: int) -> None:
         self.stats.finals += 1
         words = [TranscriptWord(word=w, start=conversions.time_from_ns(s),
                                 end=conversions.time_from_ns(e), confidence=float("nan"))
                  for w, s, e in result.words]
-        self._texts.append(self._transcript(result.text, self._speech_start_ns, end_ns,
-                                            result.confidence, True, words))
+        self._texts.append(self._transcript(result.text, start_ns, end_ns, result.confidence,
+                                            True, words, utterance))
 
     def _transcript(self, text: str, start_ns: int, end_ns: int, confidence: float,
-                    final: bool, words: list[TranscriptWord]) -> Transcript:
+                    final: bool, words: list[TranscriptWord],
+                    utterance: int | None = None) -> Transcript:
         return Transcript(header=conversions.header(self.now_ns(), "microphone"),
-                          utterance_id=self._utterance, start=conversions.time_from_ns(start_ns),
+                          utterance_id=self._utterance if utterance is None else utterance,
+                          start=conversions.time_from_ns(start_ns),
                           end=conversions.time_from_ns(end_ns), text=text,
                           confidence=confidence, is_final=final, words=words)
 
