@@ -197,8 +197,10 @@ def _listening_again(node, dialogue: bool) -> threading.Event:
 
 
 def run_session(bag: Path, *, out_dir: Path | None = None, rate: float = 1.0,
-                quiet: bool = False, namespace: str = NAMESPACE) -> SessionResult:
-    """Replay ``bag`` through the replay profile's nodes and record what they publish."""
+                quiet: bool = False, namespace: str = NAMESPACE,
+                overrides: dict[str, dict[str, object]] | None = None) -> SessionResult:
+    """Replay ``bag`` through the replay profile's nodes and record what they publish;
+    ``overrides``: parameters by node name, over the replay profile's."""
     import rclpy
     from rclpy.parameter import Parameter
 
@@ -219,8 +221,9 @@ def run_session(bag: Path, *, out_dir: Path | None = None, rate: float = 1.0,
     inputs = reader.resolve([spec.name for spec in TOPICS])  # graph name -> the bag's name
     start_ns = min(m.timestamp_ns for m in reader.messages([inputs[INPUT_TOPICS[0]]]))
     replay = PROFILES["replay"]
-    specs = profile_nodes("replay", str(share_dir()), namespace,
-                          overrides={"speech": {"sink": "null"}})
+    overrides = {name: dict(values) for name, values in (overrides or {}).items()}
+    overrides.setdefault("speech", {}).setdefault("sink", "null")
+    specs = profile_nodes("replay", str(share_dir()), namespace, overrides=overrides)
     progress.step(f"starting {', '.join(replay.nodes)} (one process each, on /clock)")
     processes = [NodeProcess(spec) for spec in specs]
     context = rclpy.Context()

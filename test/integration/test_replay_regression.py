@@ -11,7 +11,7 @@ from omniflow import demo, regression
 
 def test_replaying_the_sample_session_matches_the_golden_file(tmp_path):
     result = demo.run_session(demo.default_bag(), out_dir=tmp_path, quiet=True,
-                              rate=regression.REPLAY_RATE,
+                              rate=regression.REPLAY_RATE, overrides=regression.OVERRIDES,
                               namespace=f"/t{uuid.uuid4().hex[:6]}")
     summary = regression.summarize(result.run)
     # What the session is made of: a question while pointing, an echo, a barge-in.
