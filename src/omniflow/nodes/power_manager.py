@@ -5,14 +5,11 @@ from __future__ import annotations
 import math
 import time
 
-import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from lifecycle_msgs.msg import State, Transition
 from lifecycle_msgs.srv import ChangeState, GetState
 from rcl_interfaces.msg import Parameter as ParameterMsg
 from rcl_interfaces.srv import SetParameters
-from rclpy.exceptions import InvalidParameterTypeException, InvalidParameterValueException
-from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
@@ -31,6 +28,7 @@ from omniflow.core.power_policy import (
 from omniflow.errors import ConfigError, RemoteCallError
 from omniflow.msg import DialogueState, PowerState, VoiceActivity
 from omniflow.ros.conversions import header
+from omniflow.ros.device_node import run_node
 from omniflow.ros.params import declare_parameters, parameter_values
 from omniflow.ros.qos import LATCHED, SENSOR_DATA
 
@@ -569,24 +567,7 @@ class PowerManagerNode(Node):
 
 def main(args: list[str] | None = None) -> int:
     """Run the power manager until shutdown (2: bad parameter)."""
-    rclpy.init(args=args)
-    try:
-        node = PowerManagerNode()
-    except (InvalidParameterValueException, InvalidParameterTypeException, ConfigError) as err:
-        rclpy.logging.get_logger("omniflow").fatal(f"cannot start: {err}")
-        rclpy.try_shutdown()
-        return 2
-    executor = SingleThreadedExecutor()
-    executor.add_node(node)
-    try:
-        executor.spin()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        node.release()
-        node.destroy_node()
-        rclpy.try_shutdown()
-    return 0
+    return run_node(PowerManagerNode, args)
 
 
 if __name__ == "__main__":

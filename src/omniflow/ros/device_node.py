@@ -20,6 +20,7 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.exceptions import InvalidParameterTypeException, InvalidParameterValueException
 from rclpy.executors import Executor, ExternalShutdownException, SingleThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
+from rclpy.node import Node
 
 from omniflow.core.params import ParamSpec
 from omniflow.core.stats import DeviceStats
@@ -243,12 +244,13 @@ class DeviceNode(LifecycleNode):
         return self._device.describe() if self._device is not None else ""
 
 
-def run_node(node_factory: Callable[[], LifecycleNode], args: list[str] | None = None, *,
+def run_node(node_factory: Callable[[], Node], args: list[str] | None = None, *,
              executor_factory: Callable[[], Executor] = SingleThreadedExecutor) -> int:
-    """Run a lifecycle node until shutdown; the entry point of the node executables.
+    """Run a node until shutdown; the entry point of the node executables.
 
-    The node has a ``params`` dict with ``autostart`` and a ``release()`` that frees what it
-    holds in any state (:class:`DeviceNode`, the fusion node). It spins on a single-threaded
+    The node has a ``params`` dict and a ``release()`` that frees what it holds in any state
+    (:class:`DeviceNode`, the fusion node, the power manager); a lifecycle node with
+    ``autostart`` configures and activates itself. It spins on a single-threaded
     executor by default: its callbacks only buffer, workers do the rest on their own threads.
     A node whose callbacks wait (the dialogue node's action goals) passes a multi-threaded one.
 
@@ -263,7 +265,7 @@ def run_node(node_factory: Callable[[], LifecycleNode], args: list[str] | None =
         return 2
     executor = executor_factory()
     executor.add_node(node)
-    if node.params["autostart"]:
+    if isinstance(node, LifecycleNode) and node.params.get("autostart", False):
         if node.trigger_configure() == TransitionCallbackReturn.SUCCESS:
             node.trigger_activate()
     try:
