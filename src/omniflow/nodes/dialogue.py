@@ -134,7 +134,6 @@ class DialogueStats:
 class _GoalWait:
     """A converse goal waiting for its turn to end."""
 
-    mode: int
     done: threading.Event = field(default_factory=threading.Event)
     turn_id: int = 0
     outcome: str = ""
@@ -207,7 +206,6 @@ class DialogueNode(LifecycleNode):
         self._state_text = "unconfigured"
         self._history: deque[Turn] = deque()
         self._user_texts: dict[int, str] = {}
-        self._turn_start_ns: dict[int, int] = {}
         self._cancels: dict[int, threading.Event] = {}
         self._goals: dict[int, _GoalWait] = {}       # turn id -> goal
         self._listeners: list[_GoalWait] = []        # MODE_LISTEN goals waiting for a turn
@@ -515,7 +513,6 @@ class DialogueNode(LifecycleNode):
     def _turn_ended(self, ended: TurnEnded) -> None:
         self._last_turn_end = time.monotonic()
         self._cancels.pop(ended.turn_id, None)
-        self._turn_start_ns.pop(ended.turn_id, None)
         user = self._user_texts.pop(ended.turn_id, "")
         counters = {"done": "turns_done", "cancelled": "cancelled", "interrupted": "cancelled",
                     "failed": "failed"}
@@ -701,7 +698,7 @@ class DialogueNode(LifecycleNode):
 
     def _execute(self, goal_handle) -> Converse.Result:
         request = goal_handle.request
-        wait = _GoalWait(mode=request.mode, goal_handle=goal_handle)
+        wait = _GoalWait(goal_handle=goal_handle)
         timeout_s = request.timeout_s if request.timeout_s > 0 else \
             self.params["converse.timeout_s"]
         error = self._begin_goal(request, wait)
