@@ -17,7 +17,7 @@ from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackRet
 from sensor_msgs.msg import Image
 from std_msgs.msg import String
 
-from omniflow.core import audio_format
+from omniflow.core import audio_format, image_codec
 from omniflow.core.association import Associator, Decision
 from omniflow.core.association import TokenRef as CoreTokenRef
 from omniflow.core.echo import EchoGate, EchoReference, EchoResult
@@ -361,7 +361,7 @@ class FusionNode(LifecycleNode):
             else:
                 try:
                     pixels = conversions.image_pixels(msg)
-                    rgb = _to_rgb(np.asarray(pixels), msg.encoding)
+                    rgb = image_codec.convert(np.asarray(pixels), msg.encoding, "rgb8")
                 except (ImageFormatError, ValueError) as err:
                     problem = str(err)
         if problem is not None:
@@ -814,14 +814,6 @@ def _check_audio(msg: AudioChunk, any_rate: bool = False
             return "samples contain NaN or infinity", None
         samples = np.clip(np.round(samples * 32768.0), -32768, 32767).astype(np.int16)
     return None, np.ascontiguousarray(samples, dtype=np.int16)
-
-
-def _to_rgb(pixels: np.ndarray, encoding: str) -> np.ndarray:
-    if encoding == "bgr8":
-        return np.ascontiguousarray(pixels[:, :, ::-1])
-    if encoding == "mono8":
-        return np.ascontiguousarray(np.repeat(pixels[:, :, None], 3, axis=2))
-    return pixels
 
 
 def _duration(ns: int) -> Duration:
