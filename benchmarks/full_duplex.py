@@ -43,22 +43,14 @@ import time
 import uuid
 from pathlib import Path
 
-import numpy as np
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "test" / "integration"))  # the room
 
+from barge_in import stats  # noqa: E402  (n, median, p90, min, max of a list of ms)
+
 STORY = "Tell me a long story about a robot who learns to cook, with many details."
-
-
-def stats(values: list[float]) -> dict[str, float | int]:
-    if not values:
-        return {"n": 0}
-    a = np.asarray(values, dtype=float)
-    return {"n": len(values), "median": round(float(np.median(a)), 1),
-            "p90": round(float(np.percentile(a, 90)), 1), "min": round(float(a.min()), 1),
-            "max": round(float(a.max()), 1)}
 
 
 def main(argv: list[str] | None = None) -> int:
