@@ -15,7 +15,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+# Units and the stream format, defined once for the whole package.
 NS_PER_S = 1_000_000_000
+NS_PER_MS = 1_000_000
+#: The one sample rate the detectors and recognisers accept; capture resamples to it.
+SAMPLE_RATE = 16_000
+#: Nanoseconds per sample at :data:`SAMPLE_RATE`: exact (62 500), so stamps never drift.
+NS_PER_SAMPLE = NS_PER_S // SAMPLE_RATE
+#: One audio chunk: 40 ms, 640 samples at 16 kHz.
+CHUNK_MS = 40
+CHUNK_SAMPLES = SAMPLE_RATE * CHUNK_MS // 1000
 
 
 class StreamClock:

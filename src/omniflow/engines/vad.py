@@ -42,6 +42,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from omniflow.core.timing import NS_PER_SAMPLE, SAMPLE_RATE
 from omniflow.errors import AudioFormatError, ConfigError, EngineError
 
 __all__ = [
@@ -56,10 +57,6 @@ __all__ = [
     "make_vad",
 ]
 
-#: The one sample rate the detectors (and the recogniser) accept; capture resamples to it.
-SAMPLE_RATE = 16_000
-#: Nanoseconds per sample at :data:`SAMPLE_RATE`: exact (62 500), so stamps never drift.
-NS_PER_SAMPLE = 1_000_000_000 // SAMPLE_RATE
 
 #: Values accepted by :func:`make_vad` for ``engine``.
 VAD_ENGINES: tuple[str, ...] = ("webrtc", "silero")

@@ -11,7 +11,8 @@ from omniflow.devices.audio import AudioSource, open_audio_source
 from omniflow.errors import ConfigError
 from omniflow.msg import AudioChunk
 from omniflow.ros import conversions
-from omniflow.ros.device_node import DeviceNode, run_node
+from omniflow.ros.device_node import DeviceNode
+from omniflow.ros.run import run_node
 from omniflow.ros.qos import SENSOR_DATA
 
 PARAMS = (

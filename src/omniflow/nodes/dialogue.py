@@ -47,7 +47,7 @@ from omniflow.msg import (
     VoiceActivity,
 )
 from omniflow.ros import conversions
-from omniflow.ros.device_node import run_node
+from omniflow.ros.run import run_node
 from omniflow.ros.params import declare_parameters, parameter_values
 from omniflow.ros.qos import EVENTS, LATCHED, SENSOR_DATA
 

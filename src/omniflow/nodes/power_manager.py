@@ -28,7 +28,7 @@ from omniflow.core.power_policy import (
 from omniflow.errors import ConfigError, RemoteCallError
 from omniflow.msg import DialogueState, PowerState, VoiceActivity
 from omniflow.ros.conversions import header
-from omniflow.ros.device_node import run_node
+from omniflow.ros.run import run_node
 from omniflow.ros.params import declare_parameters, parameter_values
 from omniflow.ros.qos import LATCHED, SENSOR_DATA
 

@@ -19,7 +19,8 @@ from omniflow.devices.playback import AudioSink, open_audio_sink
 from omniflow.engines.tts import TtsEngine, make_tts_engine
 from omniflow.msg import AudioChunk, DialogueState, ResponseChunk, SpeechState
 from omniflow.ros import conversions
-from omniflow.ros.device_node import DeviceNode, run_node
+from omniflow.ros.device_node import DeviceNode
+from omniflow.ros.run import run_node
 from omniflow.ros.qos import EVENTS, LATCHED, SENSOR_DATA
 
 PARAMS = (
