@@ -47,9 +47,9 @@ from omniflow.msg import (
     VoiceActivity,
 )
 from omniflow.ros import conversions
-from omniflow.ros.run import run_node
 from omniflow.ros.params import declare_parameters, parameter_values
 from omniflow.ros.qos import EVENTS, LATCHED, SENSOR_DATA
+from omniflow.ros.run import run_node
 
 _NS_PER_S = 1_000_000_000
 _MS = 1_000_000

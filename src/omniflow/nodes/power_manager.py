@@ -28,9 +28,9 @@ from omniflow.core.power_policy import (
 from omniflow.errors import ConfigError, RemoteCallError
 from omniflow.msg import DialogueState, PowerState, VoiceActivity
 from omniflow.ros.conversions import header
-from omniflow.ros.run import run_node
 from omniflow.ros.params import declare_parameters, parameter_values
 from omniflow.ros.qos import LATCHED, SENSOR_DATA
+from omniflow.ros.run import run_node
 
 _MODES = ("active", "listen", "idle", "sleep", "thermal")
 _MODE_KEYS = dict(zip(_MODES, (Mode.ACTIVE, Mode.LISTEN, Mode.IDLE, Mode.SLEEP,

@@ -20,8 +20,8 @@ from omniflow.engines.tts import TtsEngine, make_tts_engine
 from omniflow.msg import AudioChunk, DialogueState, ResponseChunk, SpeechState
 from omniflow.ros import conversions
 from omniflow.ros.device_node import DeviceNode
-from omniflow.ros.run import run_node
 from omniflow.ros.qos import EVENTS, LATCHED, SENSOR_DATA
+from omniflow.ros.run import run_node
 
 PARAMS = (
     ParamSpec("engine", "espeak-ng", "Text-to-speech engine (piper is GPL-3.0 and optional: "

@@ -159,7 +159,7 @@ class LifecycleBase(LifecycleNode):
         """Set :attr:`stopping`, wake every worker and join each within ``timeout_s``."""
         self.stopping.set()
         workers, self._workers = self._workers, []
-        for thread, wake in workers:
+        for _, wake in workers:
             if wake is not None:
                 wake()
         for thread, _ in workers:
