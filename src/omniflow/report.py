@@ -4,7 +4,7 @@ JSON report. No rclpy: everything is read from bags (``omniflow.bag``).
 
 A run is two bags: the input session (``audio``, ``image_raw``, maybe ``played_audio``) and the
 outputs the monitor recorded while it played (bag time = arrival on the sim clock). Latency rows
-whose topics were not published (their node does not exist yet or did not run) say "n/a".
+whose topics were not published (their node did not run, or published nothing) say "n/a".
 """
 
 from __future__ import annotations
