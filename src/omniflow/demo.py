@@ -4,8 +4,9 @@ Replays a session bag (by default the bundled ``session.mcap``: a user asking "W
 while pointing at a cup, an echo of the robot's own voice, a barge-in) into the replay
 profile's nodes (fusion, dialogue, speech to the null sink and the power manager), each in its
 own process on /clock, records their outputs, and prints the transcript, the frames each
-association chose and the response as it streams; at the end a per-stage latency table. It writes a timeline picture, a JSON report, the chosen frames and
-the recorded outputs (a bag) under an output directory it prints.
+association chose and the response as it streams; at the end a per-stage latency table. It
+writes a timeline picture, a JSON report, the chosen frames and the recorded outputs (a bag)
+under an output directory it prints.
 
     omniflow demo                                   # the bundled session
     omniflow demo --bag my_session/                 # a bag of yours (audio + image_raw)
