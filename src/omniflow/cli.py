@@ -26,7 +26,7 @@ import signal
 import sys
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from omniflow.errors import OmniflowError
@@ -124,7 +124,7 @@ def cmd_record(args: argparse.Namespace) -> int:
     from omniflow.ros.monitor import spinning
 
     topics = args.topics or [spec.name for spec in TOPICS]
-    out = args.output or Path(f"omniflow_{datetime.now(timezone.utc):%Y%m%d_%H%M%S}")
+    out = args.output or Path(f"omniflow_{datetime.now(UTC):%Y%m%d_%H%M%S}")
     stop = _stop_event()
     context = _init_ros()
     node = rclpy.create_node("omniflow_recorder", namespace=args.namespace, context=context)

@@ -2,11 +2,11 @@
 
 Replays a session bag (by default the bundled ``session.mcap``: a user asking "What is this?"
 while pointing at a cup, an echo of the robot's own voice, a barge-in) into the replay
-profile's nodes (fusion, speech to the null sink, and whichever of the dialogue and power
-nodes exist), each in its own process on /clock, records their outputs, and prints the
-transcript, the frames each association chose and the response as it streams; at the end a
-per-stage latency table. It writes a timeline picture, a JSON report, the chosen frames and
-the recorded outputs (a bag) under an output directory it prints.
+profile's nodes (fusion, dialogue, speech to the null sink and the power manager), each in its
+own process on /clock, records their outputs, and prints the transcript, the frames each
+association chose and the response as it streams; at the end a per-stage latency table. It
+writes a timeline picture, a JSON report, the chosen frames and the recorded outputs (a bag)
+under an output directory it prints.
 
     omniflow demo                                   # the bundled session
     omniflow demo --bag my_session/                 # a bag of yours (audio + image_raw)
@@ -291,7 +291,7 @@ def print_summary(result: SessionResult) -> dict[str, Path]:
         print(f"  onset {entry['trigger_s']:6.2f} s -> {chosen} "
               f"(of {entry['candidates']} candidates)")
     turns = report.responses(run)
-    print("\nresponse:" if turns else "\nresponse: n/a (no node publishes `response` yet)")
+    print("\nresponse:" if turns else "\nresponse: n/a (the dialogue node published no answer)")
     for turn in turns:
         print(f"  turn {turn['turn_id']}: {turn['text']}")
     for topic, counts in report.delivered(run).items():

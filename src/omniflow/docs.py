@@ -1,6 +1,6 @@
 """Markdown tables of the nodes' parameters, generated from their specs.
 
-The README embeds this output between markers; a test keeps the two identical, so the
+docs/nodes.md embeds this output between markers; a test keeps the two identical, so the
 documentation cannot drift from the code. ``python -m omniflow.docs`` prints the tables.
 """
 

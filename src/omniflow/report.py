@@ -4,7 +4,7 @@ JSON report. No rclpy: everything is read from bags (``omniflow.bag``).
 
 A run is two bags: the input session (``audio``, ``image_raw``, maybe ``played_audio``) and the
 outputs the monitor recorded while it played (bag time = arrival on the sim clock). Latency rows
-whose topics were not published (their node does not exist yet or did not run) say "n/a".
+whose topics were not published (their node did not run, or published nothing) say "n/a".
 """
 
 from __future__ import annotations
@@ -104,11 +104,19 @@ def responses(run: Run) -> list[dict]:
 
 
 def states(run: Run, topic: str, field_name: str) -> list[dict]:
-    """A latched state's sequence: [{t_s, value, turn_id?}] without repeats of one value."""
+    """A latched state's sequence: [{t_s, value, turn_id?}] without repeats of one value.
+
+    States stamped before the session's start are not events of the session: a node publishes
+    its first latched state when it starts, before the player's /clock runs, so under sim time
+    it is stamped 0 (or with whatever time the node had). Of those, only the last one is kept,
+    at 0 s: the state in force when the session began."""
+    before = [m for _, m in run.of(topic) if stamp_ns(m.header.stamp) < run.start_ns]
+    during = [m for _, m in run.of(topic) if stamp_ns(m.header.stamp) >= run.start_ns]
     out: list[dict] = []
-    for _, m in run.of(topic):
+    for m in before[-1:] + during:
         value = int(getattr(m, field_name))
-        entry = {"t_s": run.seconds(stamp_ns(m.header.stamp)), field_name: value}
+        t_s = max(run.seconds(stamp_ns(m.header.stamp)), 0.0)
+        entry = {"t_s": t_s, field_name: value}
         if hasattr(m, "turn_id"):
             entry["turn_id"] = int(m.turn_id)
         if not out or {k: v for k, v in out[-1].items() if k != "t_s"} != \
@@ -261,58 +269,76 @@ def _level_db(run: Run, topic: str) -> tuple[list[float], list[float]]:
     return times, levels
 
 
-def timeline_png(run: Run, path: Path) -> Path:
+# Dialogue states by their DialogueState constant.
+_STATE_NAMES = ("LISTENING", "USER_SPEAKING", "THINKING", "SPEAKING", "INTERRUPTED")
+
+
+def timeline_figure(run: Run):
     """A picture of the run: audio levels and speech, vision tokens, associations, transcript,
-    response tokens, what the speaker played, and the states, on one time axis."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    response tokens, what the speaker played, and the states, on one time axis (seconds from
+    the session's start). The axis spans everything drawn, and every label lies inside it."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
     lanes = ["states", "speech", "response", "transcript", "associations", "vision", "audio"]
     y = {lane: i for i, lane in enumerate(lanes)}
-    fig, ax = plt.subplots(figsize=(14, 6.5), dpi=100)
+    fig = Figure(figsize=(14, 6.5), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    drawn: list[float] = []  # every time drawn, for the axis' extent
     t, level = _level_db(run, "audio")
     if t:
         norm = (np.clip(np.array(level), -70, 0) + 70) / 70 * 0.8
         ax.fill_between(t, y["audio"] - 0.4, y["audio"] - 0.4 + norm, step="post",
                         color="tab:blue", alpha=0.6, label="microphone level")
+        drawn += t
     t, level = _level_db(run, "played_audio")
     if t:
         norm = (np.clip(np.array(level), -70, 0) + 70) / 70 * 0.8
         ax.bar(t, norm, width=0.02, bottom=y["speech"] - 0.4, color="tab:orange",
                label="played audio")
+        drawn += t
     frames = [run.seconds(stamp_ns(m.header.stamp)) for _, m in run.of("image_raw")]
     ax.vlines(frames, y["vision"] - 0.3, y["vision"] + 0.3, color="gray", lw=0.6,
               label="frames")
+    drawn += frames
     for a in associations(run):
         ax.plot([a["trigger_s"]], [y["associations"]], "v", color="tab:red")
         for c in a["chosen_s"]:
             ax.plot([a["trigger_s"], c], [y["associations"], y["vision"]], color="tab:red",
                     lw=1.2)
             ax.plot([c], [y["vision"]], "s", color="tab:red", ms=6)
+        drawn += [a["trigger_s"], *a["chosen_s"]]
+    labels = []
     for entry in transcripts(run):
         ax.plot([entry["start_s"], entry["end_s"]], [y["transcript"]] * 2, lw=6,
                 color="tab:green", solid_capstyle="butt")
-        ax.text(entry["start_s"], y["transcript"] + 0.2, entry["text"][:40] or "(empty)",
-                fontsize=8)
+        labels.append(ax.text(entry["start_s"], y["transcript"] + 0.2,
+                              entry["text"][:40] or "(empty)", fontsize=8))
+        drawn += [entry["start_s"], entry["end_s"]]
     for _, m in run.of("response"):
         ts = run.seconds(stamp_ns(m.header.stamp))
         ax.plot([ts], [y["response"]], "|", color="tab:purple", ms=12)
+        drawn.append(ts)
     for entry in responses(run):
-        ax.text(entry["start_s"], y["response"] + 0.2, entry["text"][:50], fontsize=8)
-    for _, m in run.of("speech_state"):
-        ax.plot([run.seconds(stamp_ns(m.header.stamp))], [y["speech"] + 0.3],
-                "^" if m.speaking else "v", color="black", ms=5)
-    names = ["LISTENING", "USER_SPEAKING", "THINKING", "SPEAKING", "INTERRUPTED"]
-    for entry in states(run, "dialogue_state", "state"):
-        # a state latched before the session (or stamped before /clock ran) sits at the left
-        ax.text(max(entry["t_s"], -0.3), y["states"],
-                names[entry["state"]] if entry["state"] < 5 else "?", fontsize=7, rotation=30)
+        labels.append(ax.text(entry["start_s"], y["response"] + 0.2, entry["text"][:50],
+                              fontsize=8))
+        drawn.append(entry["start_s"])
+    for entry in states(run, "speech_state", "speaking"):
+        ax.plot([entry["t_s"]], [y["speech"] + 0.3], "^" if entry["speaking"] else "v",
+                color="black", ms=5)
+        drawn.append(entry["t_s"])
+    for index, entry in enumerate(states(run, "dialogue_state", "state")):
+        name = _STATE_NAMES[entry["state"]] if entry["state"] < len(_STATE_NAMES) else "?"
+        ax.plot([entry["t_s"]], [y["states"] - 0.35], "|", color="black", ms=8)
+        # three heights in turn, so that the labels of states close in time do not collide
+        labels.append(ax.text(entry["t_s"], y["states"] - 0.3 + 0.25 * (index % 3), name,
+                              fontsize=7))
+        drawn.append(entry["t_s"])
     for entry in states(run, "voice_activity", "event"):
         ax.plot([entry["t_s"]], [y["audio"] + 0.45], "o", color="tab:cyan", ms=4)
-    ends = [run.seconds(bag_ns) for topic in ("audio", "image_raw")
-            for bag_ns, _ in run.of(topic)[-1:]]
-    ax.set_xlim(-0.3, max(ends, default=10.0) + 0.3)  # states latched before the start: left
+        drawn.append(entry["t_s"])
+    ax.set_xlim(-0.3, max(drawn, default=10.0) + 0.3)
     ax.set_yticks(range(len(lanes)), lanes)
     ax.set_ylim(-0.7, len(lanes) - 0.3)
     ax.set_xlabel("seconds from the start of the session (bag time)")
@@ -320,9 +346,27 @@ def timeline_png(run: Run, path: Path) -> Path:
     ax.legend(loc="upper right", fontsize=8)
     ax.set_title("omniflow run: inputs, fusion, response, speech and states")
     fig.tight_layout()
+    _keep_inside(fig, ax, labels)
+    return fig
+
+
+def _keep_inside(fig, ax, labels: list) -> None:
+    """Labels that would run past the right edge of the axes end at their time instead of
+    starting there; a label still too wide for the axes is shortened until it fits."""
+    renderer = fig.canvas.get_renderer()
+    box = ax.get_window_extent(renderer)
+    for label in labels:
+        if label.get_window_extent(renderer).x1 > box.x1:
+            label.set_horizontalalignment("right")
+        while label.get_text() and (label.get_window_extent(renderer).x0 < box.x0 or
+                                    label.get_window_extent(renderer).x1 > box.x1):
+            label.set_text(label.get_text()[:-2] + "…" if len(label.get_text()) > 2 else "")
+
+
+def timeline_png(run: Run, path: Path) -> Path:
+    """The timeline picture (:func:`timeline_figure`) as a PNG file."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
+    timeline_figure(run).savefig(path)
     return path
 
 

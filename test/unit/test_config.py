@@ -64,13 +64,13 @@ def test_launch_files_parse_and_declare_the_standard_arguments(path):
         assert f'"{argument}"' in source
 
 
-def test_readme_parameter_tables_are_generated_from_the_specs():
+def test_node_reference_parameter_tables_are_generated_from_the_specs():
     from omniflow.docs import node_tables
-    readme = (ROOT / "README.md").read_text()
+    reference = (ROOT / "docs" / "nodes.md").read_text()
     for name, table in node_tables().items():
         block = f"<!-- params:{name} -->\n{table}\n<!-- /params:{name} -->"
-        assert block in readme, (f"README's {name} parameter table is out of date: "
-                                 "paste the output of `python -m omniflow.docs`")
+        assert block in reference, (f"docs/nodes.md's {name} parameter table is out of date: "
+                                    "paste the output of `python -m omniflow.docs`")
 
 
 def test_the_camera_gets_the_large_frames_dds_profile_unless_one_is_set(monkeypatch):

@@ -141,6 +141,58 @@ def test_report_files_are_written(tmp_path):
     assert any(p.name.startswith("chosen_frame_") for p in paths.values())
 
 
+def state(ms: float, value: int, turn: int = 0, *, stamp=None):
+    return msg("omniflow/msg/DialogueState", header=typestore().types["std_msgs/msg/Header"](
+        stamp=stamp or T(ms), frame_id=""), state=value, turn_id=turn, reason="")
+
+
+def run_with_states() -> report.Run:
+    """A fusion run with the dialogue's states: the first one latched before /clock ran
+    (stamped 0), the last ones after the inputs ended, and a long answer near the end."""
+    run = fusion_run()
+    zero = typestore().types["builtin_interfaces/msg/Time"](sec=0, nanosec=0)
+    run.messages["dialogue_state"] = [
+        (START, state(0, 0, stamp=zero)), (START, state(990, 1, 1)), (START, state(2400, 2, 1)),
+        (START, state(2500, 3, 1)), (START, state(3900, 4, 1)), (START, state(3950, 1, 2)),
+        (START, state(4100, 2, 2)), (START, state(6000, 0, 2))]
+    run.messages["response"] = [
+        (0, msg("omniflow/msg/ResponseChunk", header=H(5800), turn_id=2, index=0,
+                text_delta="That is a very long answer that goes on past the end of the "
+                           "session, on and on.", is_final=True, turn_start=T(4100)))]
+    return run
+
+
+def test_states_before_the_session_start_collapse_to_the_state_at_zero():
+    run = run_with_states()
+    sequence = report.states(run, "dialogue_state", "state")
+    assert sequence[0] == {"t_s": 0.0, "state": 0, "turn_id": 0}
+    assert [entry["state"] for entry in sequence] == [0, 1, 2, 3, 4, 1, 2, 0]
+    assert min(entry["t_s"] for entry in report.build(run)["dialogue_states"]) == 0.0
+    # two states latched before the start: only the later one is the state at the start
+    run.messages["dialogue_state"].insert(1, (START, state(-5000, 2)))
+    assert report.states(run, "dialogue_state", "state")[0] == \
+        {"t_s": 0.0, "state": 2, "turn_id": 0}
+
+
+def test_every_timeline_label_lies_inside_the_axes_and_no_time_is_negative():
+    fig = report.timeline_figure(run_with_states())
+    (ax,) = fig.axes
+    renderer = fig.canvas.get_renderer()
+    box = ax.get_window_extent(renderer)
+    assert len(ax.texts) == 1 + 1 + 8  # a transcript, a response, eight states
+    for label in ax.texts:
+        extent = label.get_window_extent(renderer)
+        assert box.x0 <= extent.x0 and extent.x1 <= box.x1, \
+            f"{label.get_text()!r} spans {extent.x0:.0f}-{extent.x1:.0f} px, " \
+            f"the axes {box.x0:.0f}-{box.x1:.0f}"
+    assert {"INTERRUPTED", "LISTENING", "SPEAKING"} <= {label.get_text() for label in ax.texts}
+    left, right = ax.get_xlim()
+    assert left < 0 <= min(label.get_position()[0] for label in ax.texts)
+    assert right >= 6.0  # the last state, after the inputs (2 s) ended
+    for line in ax.get_lines():
+        assert min(line.get_xdata(), default=0) >= 0, line
+
+
 # ------------------------------------------------------------------- regression comparison
 GOLDEN = {"transcript": [{"utterance_id": 1, "start_s": 0.99, "end_s": 1.98,
                           "text": "what is this"}],
