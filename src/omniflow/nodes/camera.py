@@ -14,8 +14,8 @@ from omniflow.core.timing import NS_PER_S, Pacer, StreamClock
 from omniflow.devices.camera import FrameSource, open_frame_source
 from omniflow.ros import conversions
 from omniflow.ros.device_node import DeviceNode
-from omniflow.ros.run import run_node
 from omniflow.ros.qos import SENSOR_DATA
+from omniflow.ros.run import run_node
 
 ENCODINGS = ("rgb8", "bgr8", "mono8")
 
