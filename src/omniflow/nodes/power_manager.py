@@ -25,12 +25,13 @@ from omniflow.core.power_policy import (
     PowerPolicy,
     plan,
 )
+from omniflow.devices import sysfs
 from omniflow.errors import ConfigError, RemoteCallError
 from omniflow.msg import DialogueState, PowerState, VoiceActivity
 from omniflow.ros.conversions import header
-from omniflow.ros.run import run_node
 from omniflow.ros.params import declare_parameters, parameter_values
 from omniflow.ros.qos import LATCHED, SENSOR_DATA
+from omniflow.ros.run import run_node
 
 _MODES = ("active", "listen", "idle", "sleep", "thermal")
 _MODE_KEYS = dict(zip(_MODES, (Mode.ACTIVE, Mode.LISTEN, Mode.IDLE, Mode.SLEEP,
@@ -351,7 +352,7 @@ class PowerManagerNode(Node):
     deadline checked each period), so a target that never answers costs nothing.
     """
 
-    def __init__(self, *, reader: telemetry.TelemetryReader | None = None, **kwargs) -> None:
+    def __init__(self, *, reader: sysfs.TelemetryReader | None = None, **kwargs) -> None:
         super().__init__("power_manager", **kwargs)
         self.started = time.monotonic()
         declare_parameters(self, PARAMS, apply=self._on_parameters)
@@ -359,7 +360,7 @@ class PowerManagerNode(Node):
         problem = _check(self.params)
         if problem:
             raise ConfigError(problem)
-        self._reader = reader or telemetry.TelemetryReader(
+        self._reader = reader or sysfs.TelemetryReader(
             self.params["sysfs_root"], self._power_model())
         self._policy = PowerPolicy(self._policy_config())
         self._actions = self._action_config()
@@ -491,7 +492,7 @@ class PowerManagerNode(Node):
             return
         self._cpu_applied = target
         root = self.params["sysfs_root"]
-        cpus = telemetry.cpu_frequencies(root)
+        cpus = sysfs.cpu_frequencies(root)
         if not cpus:
             self._cpu_advice = "no cpufreq on this machine: nothing to set"
             return
@@ -505,11 +506,9 @@ class PowerManagerNode(Node):
         advice.append(f"max frequency {ratio:.0%} of the hardware maximum")
         if control == "auto":
             if governor:
-                refused += telemetry.write_cpufreq(root, "scaling_governor", governor)[1]
-            refused += telemetry.write_cpufreq(
-                root, "scaling_max_freq",
-                lambda cpu: str(int(cpu.hardware_max_khz * ratio))
-                if not math.isnan(cpu.hardware_max_khz) else str(int(cpu.max_khz)))[1]
+                refused += sysfs.write_cpufreq(root, "scaling_governor", governor)[1]
+            refused += sysfs.write_cpufreq(
+                root, "scaling_max_freq", lambda cpu: telemetry.max_freq_khz_text(cpu, ratio))[1]
         if control == "advise" or refused:
             why = f" ({len(refused)} cpufreq files not writable)" if refused else ""
             self._cpu_advice = "set " + ", ".join(advice) + why
@@ -524,10 +523,8 @@ class PowerManagerNode(Node):
         if self._cpu_applied is None or self._cpu_applied[1] >= 1.0 or \
                 self.params["cpu.control"] != "auto":
             return
-        telemetry.write_cpufreq(
-            self.params["sysfs_root"], "scaling_max_freq",
-            lambda cpu: str(int(cpu.hardware_max_khz)) if not math.isnan(cpu.hardware_max_khz)
-            else str(int(cpu.max_khz)))
+        sysfs.write_cpufreq(self.params["sysfs_root"], "scaling_max_freq",
+                            lambda cpu: telemetry.max_freq_khz_text(cpu, 1.0))
         self._cpu_applied = None
 
     # ----------------------------------------------------------------- outputs
