@@ -97,7 +97,7 @@ def run_round(seconds: float, warmup: float) -> dict[str, float]:
 
 def micro(repeats: int) -> dict[str, float]:
     from omniflow.core.power_policy import PolicyInput, PowerPolicy
-    from omniflow.core.telemetry import TelemetryReader
+    from omniflow.devices.sysfs import TelemetryReader
 
     reader = TelemetryReader("/")
     samples = []

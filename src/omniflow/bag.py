@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
+from omniflow.core.timing import NS_PER_S
 from omniflow.errors import BagError
 
 # MCAP record opcodes (https://mcap.dev/spec) read by the salvaging scanner.
@@ -437,6 +438,6 @@ def _salvage_mcap(path: Path) -> _Salvaged:
         salvaged.problems.append(
             f"{path.name} is truncated: it ends inside a record at byte {end} of {len(data)} "
             f"(no index or footer); read {len(salvaged.messages)} complete messages up to "
-            f"t={last / 1e9:.3f} s, anything after that (at most the last ~"
+            f"t={last / NS_PER_S:.3f} s, anything after that (at most the last ~"
             f"{CHUNK_BYTES >> 20} MiB chunk) is lost")
     return salvaged

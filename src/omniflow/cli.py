@@ -29,6 +29,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from omniflow.core.timing import NS_PER_S
 from omniflow.errors import OmniflowError
 
 # Polling period of the run loop (respawns, exits) and the record progress line.
@@ -180,7 +181,8 @@ def _replay(bag: Path, namespace: str, rate: float, clock: bool, loop: bool,
             _status(f"  no subscriber yet on {', '.join(missing)}; playing anyway")
 
         def progress(done_ns: int, total_ns: int) -> None:
-            _status(f"  played {done_ns / 1e9:6.1f} / {total_ns / 1e9:.1f} s (bag time)", end="")
+            _status(f"  played {done_ns / NS_PER_S:6.1f} / {total_ns / NS_PER_S:.1f} s "
+                    "(bag time)", end="")
 
         stats = player.play(loop=loop, stop=stop, progress=progress,
                             preroll_s=0.5 if clock else 0.0)

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from omniflow import report
 from omniflow.bag import BagReader, BagWriter, decode
+from omniflow.core.timing import NS_PER_S
 from omniflow.errors import BagError, OmniflowError, SourceError
 from omniflow.graph import INPUT_TOPICS, PROFILES, TOPICS, output_topics, profile_nodes
 from omniflow.launcher import NodeProcess
@@ -101,7 +102,7 @@ class LivePrinter:
         self._turn: int | None = None
 
     def _t(self, ns: int) -> str:
-        return f"[{(ns - self._start_ns) / 1e9:6.2f} s]"
+        return f"[{(ns - self._start_ns) / NS_PER_S:6.2f} s]"
 
     def __call__(self, topic: str, msgtype: str, stamp_ns: int, raw: bytes) -> None:
         if topic not in ("transcript", "associations", "response"):
@@ -115,7 +116,7 @@ class LivePrinter:
             elif topic == "associations":
                 self._end_response()
                 chosen = [c for c in msg.candidates if c.chosen]
-                frames = ", ".join(f"{(report.stamp_ns(c.stamp) - self._start_ns) / 1e9:.3f} s"
+                frames = ", ".join(f"{(report.stamp_ns(c.stamp) - self._start_ns) / NS_PER_S:.3f} s"
                                    f" (score {c.score:.2f})" for c in chosen) or "none"
                 self._out(f"{self._t(report.stamp_ns(msg.trigger.stamp))} speech onset: "
                           f"chose frame(s) {frames} of {len(msg.candidates)} in the window")
@@ -255,10 +256,10 @@ def run_session(bag: Path, *, out_dir: Path | None = None, rate: float = 1.0,
                 raise OmniflowError(f"no subscriber on {', '.join(missing)} after "
                                     f"{SUBSCRIBER_TIMEOUT_S:.0f} s")
             duration_s = (max(m.timestamp_ns for m in reader.messages(
-                [inputs[INPUT_TOPICS[0]]])) - start_ns) / 1e9
+                [inputs[INPUT_TOPICS[0]]])) - start_ns) / NS_PER_S
             progress.step(f"replaying {duration_s:.1f} s of {bag.name} at {rate:g}x "
                           f"({', '.join(player.topics)})")
-            player.play(progress=lambda done, total: progress.bar(done / 1e9, total / 1e9,
+            player.play(progress=lambda done, total: progress.bar(done / NS_PER_S, total / NS_PER_S,
                                                                   "played"),
                         tail_s=TAIL_S, preroll_s=0.5, until=answered.is_set,
                         until_max_s=ANSWER_WAIT_S)

@@ -18,14 +18,13 @@ from pathlib import Path
 import numpy as np
 
 from omniflow.bag import BagReader
+from omniflow.core.timing import NS_PER_MS, NS_PER_S
 from omniflow.graph import graph_topic_name
-
-_MS = 1e6
 
 
 def stamp_ns(stamp: object) -> int:
     """Nanoseconds of a ``builtin_interfaces/Time`` (rosbags or rclpy object)."""
-    return int(stamp.sec) * 1_000_000_000 + int(stamp.nanosec)
+    return int(stamp.sec) * NS_PER_S + int(stamp.nanosec)
 
 
 @dataclass
@@ -41,7 +40,7 @@ class Run:
 
     def seconds(self, ns: int) -> float:
         """Seconds from the start of the session."""
-        return round((ns - self.start_ns) / 1e9, 3)
+        return round((ns - self.start_ns) / NS_PER_S, 3)
 
     @classmethod
     def from_bags(cls, *paths: str | Path,
@@ -129,13 +128,14 @@ def states(run: Run, topic: str, field_name: str) -> list[dict]:
 def _header_minus(topic: str, other: Callable[[object], int],
                   keep: Callable[[object], bool] = lambda m: True) -> Callable[[Run], list]:
     def measure(run: Run) -> list[float]:
-        return [(stamp_ns(m.header.stamp) - other(m)) / _MS for _, m in run.of(topic) if keep(m)]
+        return [(stamp_ns(m.header.stamp) - other(m)) / NS_PER_MS for _, m in run.of(topic)
+                if keep(m)]
     return measure
 
 
 def _capture(run: Run) -> list[float]:
     """Capture stamp -> delivery to a subscriber (the monitor), audio and frames."""
-    return [(bag_ns - stamp_ns(m.header.stamp)) / _MS for topic in ("audio", "image_raw")
+    return [(bag_ns - stamp_ns(m.header.stamp)) / NS_PER_MS for topic in ("audio", "image_raw")
             for bag_ns, m in run.of(topic)]
 
 
@@ -151,7 +151,7 @@ def _vision(run: Run) -> list[float]:
     if not values:
         return []
     total_ns, count = max(values, key=lambda v: v[1])
-    return [total_ns / count / _MS] if count else []
+    return [total_ns / count / NS_PER_MS] if count else []
 
 
 def _first_token(run: Run) -> list[float]:
@@ -159,7 +159,8 @@ def _first_token(run: Run) -> list[float]:
     for _, m in run.of("response"):
         if int(m.turn_id) not in firsts or m.index < firsts[int(m.turn_id)].index:
             firsts[int(m.turn_id)] = m
-    return [(stamp_ns(m.header.stamp) - stamp_ns(m.turn_start)) / _MS for m in firsts.values()]
+    return [(stamp_ns(m.header.stamp) - stamp_ns(m.turn_start)) / NS_PER_MS
+            for m in firsts.values()]
 
 
 def _speaking_starts(run: Run) -> dict[int, int]:
@@ -177,7 +178,7 @@ def _first_audio(run: Run) -> list[float]:
         turn = int(m.turn_id)
         firsts[turn] = min(firsts.get(turn, 2**63), stamp_ns(m.header.stamp))
     speaking = _speaking_starts(run)
-    return [(speaking[t] - firsts[t]) / _MS for t in firsts if t in speaking]
+    return [(speaking[t] - firsts[t]) / NS_PER_MS for t in firsts if t in speaking]
 
 
 def _end_to_end(run: Run) -> list[float]:
@@ -188,7 +189,7 @@ def _end_to_end(run: Run) -> list[float]:
     for turn, spoke_ns in _speaking_starts(run).items():
         before = [e for e in ends if e <= turn_starts.get(turn, spoke_ns)]
         if before:
-            out.append((spoke_ns - before[-1]) / _MS)
+            out.append((spoke_ns - before[-1]) / NS_PER_MS)
     return out
 
 

@@ -17,19 +17,18 @@ import cv2
 import numpy as np
 
 from omniflow.bag import BagMessage, encode, typestore, write_mcap_file
+from omniflow.core.timing import CHUNK_SAMPLES, NS_PER_S, SAMPLE_RATE
 from omniflow.devices.audio import AudioFileSource
 from omniflow.devices.camera import VideoFileSource
 from omniflow.errors import SourceExhausted
 
-SAMPLE_RATE = 16000
-CHUNK_FRAMES = 640          # 40 ms
 FPS = 15.0
 MAX_WIDTH = 640             # larger frames are scaled down (aspect kept)
-START_NS = 1_767_225_600 * 1_000_000_000  # stream time starts at 2026-01-01T00:00:00Z
+START_NS = 1_767_225_600 * NS_PER_S  # stream time starts at 2026-01-01T00:00:00Z
 
 
 def _header(store, offset_ns: int, frame_id: str):
-    sec, nanosec = divmod(START_NS + offset_ns, 1_000_000_000)
+    sec, nanosec = divmod(START_NS + offset_ns, NS_PER_S)
     return store.types["std_msgs/msg/Header"](
         stamp=store.types["builtin_interfaces/msg/Time"](sec=sec, nanosec=nanosec),
         frame_id=frame_id)
@@ -39,7 +38,7 @@ def audio_messages(path: Path, warn: Callable[[str], None] = print) -> list[BagM
     """40 ms AudioChunk messages of a sound file, resampled to 16 kHz mono."""
     store = typestore()
     chunk_type = store.types["omniflow/msg/AudioChunk"]
-    source = AudioFileSource(path, SAMPLE_RATE, 1, CHUNK_FRAMES, loop=False, warn=warn)
+    source = AudioFileSource(path, SAMPLE_RATE, 1, CHUNK_SAMPLES, loop=False, warn=warn)
     source.open()  # SourceError naming the file when it is not audio
     out = []
     try:
@@ -50,7 +49,7 @@ def audio_messages(path: Path, warn: Callable[[str], None] = print) -> list[BagM
                 break
             if block is None:
                 continue
-            offset = sequence * CHUNK_FRAMES * 1_000_000_000 // SAMPLE_RATE
+            offset = sequence * CHUNK_SAMPLES * NS_PER_S // SAMPLE_RATE
             msg = chunk_type(header=_header(store, offset, "microphone"),
                              sample_rate=SAMPLE_RATE, channels=1,
                              format=chunk_type.FORMAT_S16LE, sequence=sequence,
@@ -79,7 +78,7 @@ def video_messages(path: Path, duration_s: float) -> list[BagMessage]:
                 bgr = cv2.resize(bgr, (MAX_WIDTH, round(height * MAX_WIDTH / width)),
                                  interpolation=cv2.INTER_AREA)
             rgb = np.ascontiguousarray(bgr[:, :, ::-1])
-            offset = round(k / FPS * 1e9)
+            offset = round(k / FPS * NS_PER_S)
             msg = image_type(header=_header(store, offset, "camera"), height=rgb.shape[0],
                              width=rgb.shape[1], encoding="rgb8", is_bigendian=0,
                              step=rgb.shape[1] * 3, data=rgb.reshape(-1))
@@ -94,6 +93,6 @@ def session_from_files(audio: Path, video: Path, out: Path,
                        warn: Callable[[str], None] = print) -> Path:
     """Write ``out`` (an MCAP file) with the audio and the video as a recorded session."""
     sound = audio_messages(audio, warn)
-    frames = video_messages(video, len(sound) * CHUNK_FRAMES / SAMPLE_RATE)
+    frames = video_messages(video, len(sound) * CHUNK_SAMPLES / SAMPLE_RATE)
     messages = sorted(sound + frames, key=lambda m: (m.timestamp_ns, m.topic))
     return write_mcap_file(out, messages)

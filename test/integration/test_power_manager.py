@@ -6,6 +6,7 @@ file the test rewrites.
 
 from __future__ import annotations
 
+import json
 import shutil
 import threading
 import time
@@ -15,13 +16,14 @@ from pathlib import Path
 import pytest
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray
-from lifecycle_msgs.msg import State
+from lifecycle_msgs.msg import State, Transition
 from rcl_interfaces.srv import SetParameters
+from std_msgs.msg import String
 
 from omniflow.msg import DialogueState, PowerState, VoiceActivity
 from omniflow.ros.monitor import TopicRecorder, spinning, wait_for_publishers
 from omniflow.ros.qos import EVENTS, LATCHED
-from ros_helpers import get_parameter, lifecycle_state, set_parameters, topic
+from ros_helpers import change_state, get_parameter, lifecycle_state, set_parameters, topic
 
 MODULE = "omniflow.nodes.power_manager"
 CAMERA_MODULE = "omniflow.nodes.camera"
@@ -269,3 +271,43 @@ def test_inconsistent_parameters_are_refused_at_start_up_and_at_run_time(ros_nod
     good, = set_parameters(ros_node, manager, **{"camera.fps_idle": 5.0})
     assert good.successful
     assert get_parameter(ros_node, manager, "camera.fps_idle") == 5.0
+
+
+def test_a_lifecycle_manager_drives_it_and_deactivate_lifts_the_cap(ros_node, start_node,
+                                                                    namespace, tmp_path):
+    root = tmp_path / "pi5"
+    shutil.copytree(PI5_TREE, root)
+    (root / "sys/class/thermal/thermal_zone0/temp").write_text("90000\n")
+    cap = root / "sys/devices/system/cpu/cpu2/cpufreq/scaling_max_freq"
+    manager = start_node(MODULE, "power_manager", {
+        **FAST, "autostart": False, "sysfs_root": str(root), "budget.temperature_c": 80.0},
+        namespace)
+    states = power_recorder(ros_node, namespace)
+    status = TopicRecorder(ros_node, String, f"{namespace}/power_manager/status", LATCHED)
+    wait_state(ros_node, manager, State.PRIMARY_STATE_UNCONFIGURED)
+    time.sleep(2 * FAST["period_s"])
+    assert states.messages == []  # nothing runs before a lifecycle manager says so
+
+    assert change_state(ros_node, manager, Transition.TRANSITION_CONFIGURE)
+    assert change_state(ros_node, manager, Transition.TRANSITION_ACTIVATE)
+    wait_mode(states, PowerState.THERMAL_LIMIT, "THERMAL_LIMIT at 90 °C")
+    reports = status.wait_until(
+        lambda msgs: any(json.loads(m.data).get("mode") == "THERMAL_LIMIT" for m in msgs),
+        TIMEOUT_S, "a status with the mode")
+    assert json.loads(reports[-1].data)["state"] == "active"
+    deadline = time.monotonic() + TIMEOUT_S
+    while cap.read_text().strip() != "1440000":
+        assert time.monotonic() < deadline, "the frequency cap was not written"
+        time.sleep(0.2)
+
+    assert change_state(ros_node, manager, Transition.TRANSITION_DEACTIVATE)
+    assert cap.read_text().strip() == "2400000"  # nobody watches the temperature now
+    count = len(states.messages)
+    time.sleep(2 * FAST["period_s"])
+    assert len(states.messages) == count
+    assert change_state(ros_node, manager, Transition.TRANSITION_ACTIVATE)
+    deadline = time.monotonic() + TIMEOUT_S
+    while cap.read_text().strip() != "1440000":
+        assert time.monotonic() < deadline, "the cap was not written again on activate"
+        time.sleep(0.2)
+    assert manager.running

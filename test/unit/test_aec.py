@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from omniflow.core.echo import EchoReference
+from omniflow.core.timing import NS_PER_SAMPLE
 from omniflow.engines.aec import SpeexEchoCanceller, load_speexdsp
-from omniflow.engines.vad import NS_PER_SAMPLE
 from omniflow.errors import AudioFormatError, ConfigError, EngineError
 
 try:

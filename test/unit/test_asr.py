@@ -19,8 +19,8 @@ import pytest
 import soundfile
 from scipy.signal import resample_poly
 
+from omniflow.core.timing import NS_PER_SAMPLE
 from omniflow.engines.asr import PocketsphinxRecognizer, RecognitionResult
-from omniflow.engines.vad import NS_PER_SAMPLE
 from omniflow.errors import AudioFormatError, ConfigError, EngineError
 
 HELLO = Path(__file__).resolve().parents[1] / "data" / "samples" / "hello.wav"

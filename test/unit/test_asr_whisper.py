@@ -21,13 +21,13 @@ pytest.importorskip("faster_whisper", reason="faster-whisper is not installed (r
 
 from test_asr import CHUNK, HELLO, START_NS, add_noise, espeak  # noqa: E402
 
+from omniflow.core.timing import NS_PER_SAMPLE  # noqa: E402
 from omniflow.engines.asr import (  # noqa: E402
     PocketsphinxRecognizer,
     WhisperRecognizer,
     bundled_whisper_model,
     make_recognizer,
 )
-from omniflow.engines.vad import NS_PER_SAMPLE  # noqa: E402
 from omniflow.errors import AudioFormatError, ConfigError, EngineError  # noqa: E402
 
 EXACT = ("hello robot", "turn left and stop at the door", "what time is it")

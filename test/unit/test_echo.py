@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from omniflow.core.echo import EchoGate, EchoReference
 from omniflow.core.resample import resample_int16
-from omniflow.engines.vad import NS_PER_SAMPLE, make_vad
+from omniflow.core.timing import NS_PER_SAMPLE
+from omniflow.engines.vad import make_vad
 from omniflow.errors import AudioFormatError, ConfigError
 
 RATE = 16_000

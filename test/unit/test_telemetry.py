@@ -1,4 +1,6 @@
-"""Telemetry readers on fake sysfs/procfs trees (test/data/sysfs) and on this machine."""
+"""Telemetry: the pure parsers and arithmetic (omniflow.core.telemetry, no files), and the
+readers of omniflow.devices.sysfs on fake sysfs/procfs trees (test/data/sysfs, copied under
+tmp_path where a test writes) and on this machine."""
 
 from __future__ import annotations
 
@@ -12,7 +14,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from omniflow.core import telemetry
-from omniflow.core.telemetry import PowerModel, TelemetryReader
+from omniflow.core.telemetry import CpuFreq, CpuTimes, PowerModel
+from omniflow.devices import sysfs
+from omniflow.devices.sysfs import TelemetryReader
 
 TREES = Path(__file__).parents[1] / "data" / "sysfs"
 
@@ -32,26 +36,62 @@ def set_stat(root: Path, user: int, idle: int) -> None:
                                         f"cpu0 {user} 0 0 {idle} 0 0 0 0 0 0\n")
 
 
+# ----------------------------------------------------------------- pure: text in, values out
+def test_proc_stat_and_meminfo_parse_without_files():
+    stat = "cpu  100 0 50 800 50 0 0 0 0 0\ncpu0 50 0 25 400 25 0 0 0\ncpu1 50 0 25 400 25 0 0 0\n"
+    assert telemetry.parse_proc_stat(stat) == CpuTimes(busy=150, total=1000)
+    assert telemetry.parse_proc_stat("") is None and telemetry.parse_proc_stat(None) is None
+    assert telemetry.parse_cpu_count(stat) == 2 and telemetry.parse_cpu_count(None) == 1
+    total, available = telemetry.parse_meminfo("MemTotal: 2048 kB\nMemAvailable: 1024 kB\n")
+    assert (total, available) == (2.0, 1.0)
+    assert all(math.isnan(v) for v in telemetry.parse_meminfo(None))
+    assert telemetry.parse_number("52350", 0.001) == pytest.approx(52.35)
+    assert math.isnan(telemetry.parse_number("n/a")) and math.isnan(telemetry.parse_number(None))
+
+
+def test_load_and_rapl_power_between_two_samples():
+    assert telemetry.cpu_load(CpuTimes(100, 1000), CpuTimes(400, 2200)) == pytest.approx(0.25)
+    assert math.isnan(telemetry.cpu_load(None, CpuTimes(1, 2)))
+    assert math.isnan(telemetry.cpu_load(CpuTimes(1, 2), CpuTimes(1, 2)))  # no time passed
+    first = (0.0, {"intel-rapl:0": (9_000_000.0, 10_000_000.0)})
+    assert math.isnan(telemetry.rapl_power_w(None, first))
+    wrapped = (2.0, {"intel-rapl:0": (1_000_000.0, 10_000_000.0)})
+    assert telemetry.rapl_power_w(first, wrapped) == pytest.approx(1.0)  # 2 J over 2 s
+    assert telemetry.first_power([(float("nan"), "battery"), (0.0, "hwmon"),
+                                  (3.0, "rapl")]) == (3.0, "rapl")
+    value, source = telemetry.first_power([(float("nan"), "battery")])
+    assert math.isnan(value) and source == ""
+
+
+def test_frequency_cap_text_falls_back_to_the_current_cap():
+    cpu = CpuFreq("cpu0", 1_500_000, 600_000, 2_400_000, 2_400_000, "ondemand", (), "")
+    assert telemetry.max_freq_khz_text(cpu, 0.6) == "1440000"
+    assert telemetry.max_freq_khz_text(cpu, 1.0) == "2400000"
+    unknown = CpuFreq("cpu0", 1_500_000, 600_000, 2_000_000, float("nan"), "", (), "")
+    assert telemetry.max_freq_khz_text(unknown, 0.6) == "2000000"
+
+
+# ----------------------------------------------------------------- readers on fake trees
 def test_pi5_zones_frequencies_memory_and_model():
     root = str(TREES / "pi5")
-    assert telemetry.thermal_zones(root) == {"zone0:cpu-thermal": pytest.approx(52.35)}
-    cpus = telemetry.cpu_frequencies(root)
+    assert sysfs.thermal_zones(root) == {"zone0:cpu-thermal": pytest.approx(52.35)}
+    cpus = sysfs.cpu_frequencies(root)
     assert [cpu.cpu for cpu in cpus] == ["cpu0", "cpu1", "cpu2", "cpu3"]
     assert cpus[0].cur_khz == 1_500_000 and cpus[0].hardware_max_khz == 2_400_000
     assert cpus[0].governor == "ondemand" and "powersave" in cpus[0].available_governors
-    assert telemetry.cpu_count(root) == 4
-    total, available = telemetry.memory_mb(root)
+    assert sysfs.cpu_count(root) == 4
+    total, available = sysfs.memory_mb(root)
     assert total == pytest.approx(8060.16, abs=0.01) and available == 7168.0
-    assert telemetry.board_model(root) == "Raspberry Pi 5 Model B Rev 1.0"
-    assert telemetry.batteries(root) == []
-    assert math.isnan(telemetry.hwmon_power_w(root))
+    assert sysfs.board_model(root) == "Raspberry Pi 5 Model B Rev 1.0"
+    assert sysfs.batteries(root) == []
+    assert math.isnan(sysfs.hwmon_power_w(root))
 
 
 def test_phone_battery_from_current_and_voltage_and_a_zone_without_a_sensor():
     root = str(TREES / "phone")
-    zones = telemetry.thermal_zones(root)
+    zones = sysfs.thermal_zones(root)
     assert zones == {"zone0:battery": 31.0, "zone1:soc-thermal": 38.5}  # zone2 unreadable
-    battery, = telemetry.batteries(root)  # the USB supply is not a battery
+    battery, = sysfs.batteries(root)  # the USB supply is not a battery
     assert battery.percent == 15 and battery.status == "Discharging"
     assert battery.power_w == pytest.approx(0.4 * 3.8)
     assert not battery.charging
@@ -151,16 +191,16 @@ def test_vcgencmd_is_not_called_off_a_pi_and_bad_output_is_ignored(tree):
 
 def test_cpufreq_writes_per_cpu_and_reports_what_was_refused(tree):
     root = tree("phone")
-    written, refused = telemetry.write_cpufreq(str(root), "scaling_governor", "powersave")
+    written, refused = sysfs.write_cpufreq(str(root), "scaling_governor", "powersave")
     assert len(written) == 2 and refused == []
-    assert [c.governor for c in telemetry.cpu_frequencies(str(root))] == ["powersave"] * 2
-    written, _ = telemetry.write_cpufreq(
+    assert [c.governor for c in sysfs.cpu_frequencies(str(root))] == ["powersave"] * 2
+    written, _ = sysfs.write_cpufreq(
         str(root), "scaling_max_freq", lambda cpu: str(int(cpu.hardware_max_khz * 0.5)))
-    assert {c.max_khz for c in telemetry.cpu_frequencies(str(root))} == {1_000_000}
+    assert {c.max_khz for c in sysfs.cpu_frequencies(str(root))} == {1_000_000}
     (root / "sys/devices/system/cpu/cpu1/cpufreq/scaling_governor").chmod(0o444)
     if (root / "sys/devices/system/cpu/cpu1/cpufreq/scaling_governor").stat().st_mode & 0o200:
         pytest.skip("cannot make a file read-only here")
-    _, refused = telemetry.write_cpufreq(str(root), "scaling_governor", "performance")
+    _, refused = sysfs.write_cpufreq(str(root), "scaling_governor", "performance")
     if not refused:
         pytest.skip("running as root: read-only modes do not stop writes")
     assert refused == [str(root / "sys/devices/system/cpu/cpu1/cpufreq/scaling_governor")]

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 import soundfile
 
+from omniflow.core.timing import NS_PER_SAMPLE
 from omniflow.engines.vad import (
-    NS_PER_SAMPLE,
     VAD_ENGINES,
     VadEvent,
     VoiceActivityDetector,

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from omniflow.core.semantic import Gate
+from omniflow.core.timing import NS_PER_MS
 from omniflow.core.tokens import Modality, Resolution, Token, TokenRing, token_problem
 from omniflow.errors import ConfigError
 
@@ -46,7 +47,6 @@ __all__ = [
     "quarter_vector",
 ]
 
-_MS = 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,7 +178,8 @@ class Associator:
     Hamming distances are cheaper (see :class:`~omniflow.core.semantic.BloomFilter`).
     """
 
-    def __init__(self, ring: TokenRing, before_ns: int = 80 * _MS, after_ns: int = 120 * _MS,
+    def __init__(self, ring: TokenRing, before_ns: int = 80 * NS_PER_MS,
+                 after_ns: int = 120 * NS_PER_MS,
                  gate: Gate | None = None,
                  modalities: Iterable[Modality] = (Modality.VISION,),
                  max_chosen: int = 1, freshness: Freshness | None = DEFAULT_FRESHNESS,

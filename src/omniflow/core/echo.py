@@ -39,11 +39,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from omniflow.core.timing import NS_PER_MS, NS_PER_S, SAMPLE_RATE
 from omniflow.errors import AudioFormatError, ConfigError
 
 __all__ = ["EchoGate", "EchoReference", "EchoResult"]
 
-_NS_PER_S = 1_000_000_000
 # Reference quieter than this (mean square, int16 units; about -70 dBFS) counts as silence.
 _SILENT_POWER = 10.0
 # Weight of the past in the running cross-correlation, per chunk (about 10 chunks, 0.4 s).
@@ -67,11 +67,11 @@ class EchoReference:
     Not thread-safe: one writer and reader, or an external lock.
     """
 
-    def __init__(self, history_ms: float = 2000.0, sample_rate: int = 16_000) -> None:
+    def __init__(self, history_ms: float = 2000.0, sample_rate: int = SAMPLE_RATE) -> None:
         if not math.isfinite(history_ms) or history_ms <= 0:
             raise ConfigError(f"history_ms must be a positive number of ms, not {history_ms}")
         self.sample_rate = _check_rate(sample_rate)
-        self._history_ns = int(history_ms * 1_000_000)
+        self._history_ns = int(history_ms * NS_PER_MS)
         self._blocks: deque[tuple[int, np.ndarray]] = deque()
         self._newest_end_ns = 0
 
@@ -89,7 +89,7 @@ class EchoReference:
         self._newest_end_ns = 0
 
     def _samples_ns(self, count: int) -> int:
-        return count * _NS_PER_S // self.sample_rate
+        return count * NS_PER_S // self.sample_rate
 
     def add(self, stamp_ns: int, samples: np.ndarray) -> None:
         """Keep one played block (1-D int16 or float in int16 units) that started at
@@ -116,7 +116,7 @@ class EchoReference:
         out = np.zeros(count, dtype=np.float32)
         rate = self.sample_rate
         for stamp_ns, block in self._blocks:
-            offset = round((stamp_ns - start_ns) * rate / _NS_PER_S)
+            offset = round((stamp_ns - start_ns) * rate / NS_PER_S)
             lo, hi = max(offset, 0), min(offset + len(block), count)
             if lo < hi:
                 out[lo:hi] = block[lo - offset:hi - offset]
@@ -208,7 +208,7 @@ class EchoGate:
         self._previous = x[-hop:]
         frames_back = self._reverb // hop      # reference frames that can still be heard
         back = d + hop * (frames_back + 1)
-        ref = self.reference.window(stamp_ns - back * _NS_PER_S // rate, n + back)
+        ref = self.reference.window(stamp_ns - back * NS_PER_S // rate, n + back)
         if float(np.mean(ref * ref)) < _SILENT_POWER:
             self._decay()
             self._clear_run = self.confirm

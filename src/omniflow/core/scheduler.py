@@ -36,6 +36,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from omniflow.core.timing import NS_PER_MS
 from omniflow.errors import ConfigError
 
 __all__ = [
@@ -49,10 +50,9 @@ __all__ = [
     "check_slice_ns",
 ]
 
-_MS = 1_000_000
-DEFAULT_SLICE_NS = 40 * _MS
-MIN_SLICE_NS = 20 * _MS
-MAX_SLICE_NS = 500 * _MS
+DEFAULT_SLICE_NS = 40 * NS_PER_MS
+MIN_SLICE_NS = 20 * NS_PER_MS
+MAX_SLICE_NS = 500 * NS_PER_MS
 #: The stages of a slice, in the order they run.
 STAGES: tuple[str, ...] = ("ingest", "encode", "associate", "emit")
 
@@ -63,7 +63,8 @@ def check_slice_ns(slice_ns: object) -> int:
     if isinstance(slice_ns, bool) or not isinstance(slice_ns, int) or \
             not MIN_SLICE_NS <= slice_ns <= MAX_SLICE_NS:
         raise ConfigError(f"slice_ns must be an integer in [{MIN_SLICE_NS}, {MAX_SLICE_NS}] "
-                          f"({MIN_SLICE_NS // _MS}-{MAX_SLICE_NS // _MS} ms), got {slice_ns!r}")
+                          f"({MIN_SLICE_NS // NS_PER_MS}-{MAX_SLICE_NS // NS_PER_MS} ms), "
+                          f"got {slice_ns!r}")
     return slice_ns
 
 

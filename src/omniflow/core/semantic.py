@@ -35,6 +35,7 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike
 
+from omniflow.core.timing import NS_PER_MS
 from omniflow.core.tokens import CODE_MAX
 from omniflow.errors import ConfigError
 
@@ -55,7 +56,6 @@ VERSION = 1
 #: Bits in a semantic code.
 CODE_BITS = 32
 
-_MS = 1_000_000
 _MASK64 = 0xFFFF_FFFF_FFFF_FFFF
 _POPCOUNT8 = np.array([bin(i).count("1") for i in range(256)], dtype=np.uint8)
 
@@ -280,5 +280,6 @@ class Gate:
             reasons.append(f"hamming {distance} > {self.max_hamming}")
         age = trigger_ns - stamp_ns
         if self.max_age_ns is not None and age > self.max_age_ns:
-            reasons.append(f"too old ({age / _MS:.1f} ms > {self.max_age_ns / _MS:.1f} ms)")
+            reasons.append(f"too old ({age / NS_PER_MS:.1f} ms > "
+                           f"{self.max_age_ns / NS_PER_MS:.1f} ms)")
         return GateResult(not reasons, score, "; ".join(reasons))

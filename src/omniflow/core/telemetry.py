@@ -1,39 +1,24 @@
-"""System telemetry from Linux sysfs and procfs: temperature, CPU frequency and load, memory,
-battery, power sensors, and Raspberry Pi specifics. No ROS imports.
+"""System telemetry as plain values: what the kernel's files and ``vcgencmd`` say, parsed, and
+the arithmetic that turns two samples into rates and a power figure. No ROS, no I/O: the
+files are read by :mod:`omniflow.devices.sysfs`, which hands their text to the parsers here.
 
-Every reader takes the filesystem root (``/`` on a robot; a fake tree in tests), so the same
-code reads real hardware and test data. What a machine does not have is NaN (numbers) or
-empty (collections), never an exception: containers and PCs often lack thermal zones,
-cpufreq, batteries or power sensors.
+What a machine does not have is NaN (numbers) or empty (collections), never an exception:
+containers and PCs often lack thermal zones, cpufreq, batteries or power sensors.
 
-Where readings come from (units as the kernel writes them):
-
-- ``sys/class/thermal/thermal_zone*/{type,temp}``: millidegrees Celsius;
-- ``sys/devices/system/cpu/cpu*/cpufreq/scaling_{cur,min,max}_freq``, ``cpuinfo_max_freq``
-  (kHz), ``scaling_governor``, ``scaling_available_governors``;
-- ``proc/stat``: CPU time per state (load is the busy share between two samples);
-- ``proc/meminfo``: ``MemTotal``, ``MemAvailable`` (kB);
-- ``sys/class/power_supply/*`` of ``type`` Battery: ``capacity`` (%), ``status``,
-  ``power_now`` (µW) or ``current_now`` (µA) x ``voltage_now`` (µV);
-- ``sys/class/hwmon/hwmon*/power*_input`` (µW), and Intel/AMD RAPL
-  ``sys/class/powercap/intel-rapl:N/energy_uj`` (µJ counters: power between two samples);
-- Raspberry Pi: the model from ``proc/device-tree/model``; through ``vcgencmd`` when
-  installed, ``get_throttled`` (under-voltage and throttling flags) and, on a Pi 5,
-  ``pmic_read_adc`` (current and voltage of each PMIC rail: their products sum to the SoC's
-  power).
+Units as the kernel writes them (see :mod:`omniflow.devices.sysfs` for the files):
+temperatures in millidegrees Celsius, frequencies in kHz, ``proc/stat`` in jiffies,
+``proc/meminfo`` in kB, battery power in µW (or current in µA x voltage in µV), hwmon power
+in µW, RAPL energy counters in µJ. On a Raspberry Pi, ``vcgencmd get_throttled`` gives the
+under-voltage and throttling flags and, on a Pi 5, ``vcgencmd pmic_read_adc`` the current
+and voltage of each PMIC rail (their products sum to the SoC's power).
 
 Power when no sensor exists is estimated with :class:`PowerModel`.
 """
 
 from __future__ import annotations
 
-import glob
 import math
-import os
 import re
-import shutil
-import subprocess
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 NAN = float("nan")
@@ -49,38 +34,11 @@ THROTTLED_FLAGS = {
     18: "throttling has occurred",
     19: "soft temperature limit has occurred",
 }
-# Time a vcgencmd call may take before it is abandoned.
-_VCGENCMD_TIMEOUT_S = 1.0
-
-Runner = Callable[[list[str]], str | None]
+# Where the power figure came from, in the order the sources are preferred.
+POWER_SOURCES = ("battery", "hwmon", "rapl", "pmic", "estimate")
 
 
-def _read(path: str) -> str | None:
-    try:
-        with open(path, encoding="ascii", errors="replace") as handle:
-            return handle.read().strip()
-    except OSError:
-        return None
-
-
-def _read_number(path: str, scale: float = 1.0) -> float:
-    text = _read(path)
-    if text is None:
-        return NAN
-    try:
-        return float(text) * scale
-    except ValueError:
-        return NAN
-
-
-def _sorted_glob(pattern: str) -> list[str]:
-    def key(path: str) -> tuple:
-        return tuple(int(part) if part.isdigit() else part
-                     for part in re.split(r"(\d+)", path))
-    return sorted(glob.glob(pattern), key=key)
-
-
-# --------------------------------------------------------------------------- plain readers
+# --------------------------------------------------------------------------- readings
 @dataclass(frozen=True)
 class CpuFreq:
     """One CPU's frequency policy (kHz; NaN where not exposed)."""
@@ -115,39 +73,23 @@ class CpuTimes:
     total: int
 
 
-def thermal_zones(root: str) -> dict[str, float]:
-    """Temperature of each thermal zone in °C, keyed ``zoneN:type``; unreadable zones skipped
-    (a zone whose sensor is off returns an error on read)."""
-    zones = {}
-    for zone in _sorted_glob(os.path.join(root, "sys/class/thermal/thermal_zone*")):
-        temp = _read_number(os.path.join(zone, "temp"), 0.001)
-        if math.isnan(temp):
-            continue
-        kind = _read(os.path.join(zone, "type")) or "unknown"
-        zones[f"{os.path.basename(zone).removeprefix('thermal_')}:{kind}"] = temp
-    return zones
+# RAPL package energy counters at one time: (monotonic s, {domain: (energy µJ, range µJ)}).
+RaplSample = tuple[float, dict[str, tuple[float, float]]]
 
 
-def cpu_frequencies(root: str) -> list[CpuFreq]:
-    """The cpufreq policy of every CPU that exposes one."""
-    result = []
-    for path in _sorted_glob(os.path.join(root, "sys/devices/system/cpu/cpu[0-9]*/cpufreq")):
-        def number(name: str, path: str = path) -> float:
-            return _read_number(os.path.join(path, name))
-        result.append(CpuFreq(
-            cpu=os.path.basename(os.path.dirname(path)),
-            cur_khz=number("scaling_cur_freq"), min_khz=number("scaling_min_freq"),
-            max_khz=number("scaling_max_freq"), hardware_max_khz=number("cpuinfo_max_freq"),
-            governor=_read(os.path.join(path, "scaling_governor")) or "",
-            available_governors=tuple(
-                (_read(os.path.join(path, "scaling_available_governors")) or "").split()),
-            path=path))
-    return result
+# --------------------------------------------------------------------------- parsers
+def parse_number(text: str | None, scale: float = 1.0) -> float:
+    """A number from a sysfs file's text, times ``scale``; NaN when missing or not a number."""
+    if text is None:
+        return NAN
+    try:
+        return float(text) * scale
+    except ValueError:
+        return NAN
 
 
-def cpu_times(root: str) -> CpuTimes | None:
-    """Aggregate CPU times from ``proc/stat`` (None when unreadable)."""
-    text = _read(os.path.join(root, "proc/stat"))
+def parse_proc_stat(text: str | None) -> CpuTimes | None:
+    """Aggregate CPU times from the first line of ``proc/stat`` (None when it is not there)."""
     if not text or not text.startswith("cpu "):
         return None
     values = [int(v) for v in text.splitlines()[0].split()[1:]]
@@ -158,16 +100,15 @@ def cpu_times(root: str) -> CpuTimes | None:
     return CpuTimes(busy=total - idle, total=total)
 
 
-def cpu_count(root: str) -> int:
+def parse_cpu_count(text: str | None) -> int:
     """CPUs listed in ``proc/stat`` (at least 1)."""
-    text = _read(os.path.join(root, "proc/stat")) or ""
-    return max(1, sum(1 for line in text.splitlines() if re.match(r"cpu\d+ ", line)))
+    return max(1, sum(1 for line in (text or "").splitlines() if re.match(r"cpu\d+ ", line)))
 
 
-def memory_mb(root: str) -> tuple[float, float]:
+def parse_meminfo(text: str | None) -> tuple[float, float]:
     """(total, available) memory in MB from ``proc/meminfo``; NaN when unknown."""
     values = {}
-    for line in (_read(os.path.join(root, "proc/meminfo")) or "").splitlines():
+    for line in (text or "").splitlines():
         name, _, rest = line.partition(":")
         parts = rest.split()
         if parts:
@@ -175,55 +116,6 @@ def memory_mb(root: str) -> tuple[float, float]:
     return values.get("MemTotal", NAN), values.get("MemAvailable", NAN)
 
 
-def batteries(root: str) -> list[Battery]:
-    """Every power supply of type Battery."""
-    result = []
-    for path in _sorted_glob(os.path.join(root, "sys/class/power_supply/*")):
-        if _read(os.path.join(path, "type")) != "Battery":
-            continue
-        power = _read_number(os.path.join(path, "power_now"), 1e-6)
-        if math.isnan(power):
-            power = (_read_number(os.path.join(path, "current_now"), 1e-6)
-                     * _read_number(os.path.join(path, "voltage_now"), 1e-6))
-        result.append(Battery(
-            name=os.path.basename(path),
-            percent=_read_number(os.path.join(path, "capacity")),
-            status=_read(os.path.join(path, "status")) or "Unknown",
-            power_w=abs(power)))
-    return result
-
-
-def hwmon_power_w(root: str) -> float:
-    """Sum of the hwmon power sensors (``power*_input``, µW) in W; NaN when there are none."""
-    readings = [_read_number(path, 1e-6) for path in _sorted_glob(
-        os.path.join(root, "sys/class/hwmon/hwmon*/power*_input"))]
-    readings = [value for value in readings if not math.isnan(value)]
-    return sum(readings) if readings else NAN
-
-
-def rapl_energy_uj(root: str) -> dict[str, tuple[float, float]]:
-    """Top-level RAPL domains (packages): {name: (energy µJ, counter range µJ)}."""
-    result = {}
-    for path in _sorted_glob(os.path.join(root, "sys/class/powercap/intel-rapl:[0-9]*")):
-        if ":" in os.path.basename(path).removeprefix("intel-rapl:"):
-            continue  # sub-domains (core, uncore, dram) are inside their package
-        energy = _read_number(os.path.join(path, "energy_uj"))
-        if not math.isnan(energy):
-            result[os.path.basename(path)] = (
-                energy, _read_number(os.path.join(path, "max_energy_range_uj")))
-    return result
-
-
-def board_model(root: str) -> str:
-    """The device-tree model (e.g. 'Raspberry Pi 5 Model B Rev 1.0'), or ''."""
-    for relative in ("proc/device-tree/model", "sys/firmware/devicetree/base/model"):
-        text = _read(os.path.join(root, relative))
-        if text:
-            return text.rstrip("\x00")
-    return ""
-
-
-# --------------------------------------------------------------------------- Raspberry Pi
 def parse_throttled(text: str) -> tuple[int, list[str]]:
     """``vcgencmd get_throttled`` output ('throttled=0x50005') -> (bits, flag names)."""
     match = re.search(r"throttled=(0x[0-9a-fA-F]+|\d+)", text)
@@ -247,17 +139,49 @@ def parse_pmic_power_w(text: str) -> float:
     return sum(currents[rail] * volts[rail] for rail in rails) if rails else NAN
 
 
-def run_vcgencmd(args: list[str]) -> str | None:
-    """Run ``vcgencmd`` with a timeout; None when it is missing or fails."""
-    executable = shutil.which("vcgencmd")
-    if executable is None:
-        return None
-    try:
-        done = subprocess.run([executable, *args], capture_output=True, text=True,
-                              timeout=_VCGENCMD_TIMEOUT_S, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return done.stdout if done.returncode == 0 else None
+# --------------------------------------------------------------------------- arithmetic
+def cpu_load(previous: CpuTimes | None, current: CpuTimes | None) -> float:
+    """Busy share of all cores (0..1) between two samples; NaN without both."""
+    if previous is None or current is None:
+        return NAN
+    total = current.total - previous.total
+    if total <= 0:
+        return NAN
+    return min(max((current.busy - previous.busy) / total, 0.0), 1.0)
+
+
+def rapl_power_w(previous: RaplSample | None, current: RaplSample) -> float:
+    """Package power between two RAPL samples in W (a counter that wrapped is unwrapped with
+    its range); NaN without a previous sample or elapsed time."""
+    now_s, energies = current
+    if not energies or previous is None:
+        return NAN
+    last_s, last = previous
+    elapsed = now_s - last_s
+    joules = 0.0
+    for name, (energy, span) in energies.items():
+        before = last.get(name, (energy, span))[0]
+        delta = energy - before
+        if delta < 0 and span > 0:  # the counter wrapped
+            delta += span
+        joules += max(delta, 0.0) * 1e-6
+    return joules / elapsed if elapsed > 0 else NAN
+
+
+def first_power(candidates: list[tuple[float, str]]) -> tuple[float, str]:
+    """The first (power W, source) that is a positive number; (NaN, '') when none is."""
+    for value, source in candidates:
+        if not math.isnan(value) and value > 0:
+            return value, source
+    return NAN, ""
+
+
+def max_freq_khz_text(cpu: CpuFreq, ratio: float) -> str:
+    """What to write into ``scaling_max_freq`` to cap ``cpu`` at ``ratio`` of its hardware
+    maximum (its current cap where the hardware maximum is not exposed)."""
+    if math.isnan(cpu.hardware_max_khz):
+        return str(int(cpu.max_khz))
+    return str(int(cpu.hardware_max_khz * ratio))
 
 
 # --------------------------------------------------------------------------- power model
@@ -303,7 +227,7 @@ class Telemetry:
     battery_percent: float = NAN
     battery_status: str = ""
     power_w: float = NAN
-    power_source: str = ""              # battery, hwmon, rapl, pmic, estimate
+    power_source: str = ""              # one of POWER_SOURCES
     board: str = ""
     throttled: list[str] = field(default_factory=list)
 
@@ -314,6 +238,19 @@ class Telemetry:
     @property
     def battery_charging(self) -> bool:
         return self.battery_status in ("Charging", "Full")
+
+    def set_frequencies(self, freqs: list[CpuFreq]) -> None:
+        """Mean frequency ratio and MHz over the CPUs, and the first CPU's governor."""
+        if not freqs:
+            return
+        ratios = [f.cur_khz / f.hardware_max_khz for f in freqs
+                  if f.hardware_max_khz > 0 and not math.isnan(f.cur_khz)]
+        if ratios:
+            self.freq_ratio = sum(ratios) / len(ratios)
+        currents = [f.cur_khz for f in freqs if not math.isnan(f.cur_khz)]
+        if currents:
+            self.cur_freq_mhz = sum(currents) / len(currents) / 1000.0
+        self.governor = freqs[0].governor
 
     def values(self) -> list[tuple[str, str]]:
         """Key/value pairs for diagnostics."""
@@ -333,117 +270,3 @@ class Telemetry:
         pairs += [(f"temperature_c.{name}", number(value, 1))
                   for name, value in self.zones.items()]
         return pairs
-
-
-class TelemetryReader:
-    """Samples the machine under ``root``; keeps what rates need (CPU times, RAPL energy)
-    between samples. ``now_s`` is a monotonic time in seconds, passed in by the caller.
-
-    ``vcgencmd``: a function running ``vcgencmd`` with arguments and returning its output or
-    None (default :func:`run_vcgencmd`, which returns None where it is not installed).
-    """
-
-    def __init__(self, root: str = "/", model: PowerModel | None = None,
-                 vcgencmd: Runner | None = run_vcgencmd) -> None:
-        self.root = root
-        self.model = model or PowerModel(idle_w=0.5, max_w=4.5)
-        self._vcgencmd = vcgencmd
-        self._last_times: CpuTimes | None = None
-        self._last_rapl: tuple[float, dict[str, tuple[float, float]]] | None = None
-        self.board = board_model(root)
-        self._is_pi = "Raspberry Pi" in self.board
-
-    def sample(self, now_s: float) -> Telemetry:
-        root = self.root
-        result = Telemetry(board=self.board, cpus=cpu_count(root))
-        result.zones = thermal_zones(root)
-        if result.zones:
-            result.temperature_c = max(result.zones.values())
-        times = cpu_times(root)
-        if times is not None and self._last_times is not None:
-            total = times.total - self._last_times.total
-            if total > 0:
-                result.cpu_load = min(max((times.busy - self._last_times.busy) / total, 0.0),
-                                      1.0)
-        self._last_times = times
-        freqs = cpu_frequencies(root)
-        if freqs:
-            ratios = [f.cur_khz / f.hardware_max_khz for f in freqs
-                      if f.hardware_max_khz > 0 and not math.isnan(f.cur_khz)]
-            if ratios:
-                result.freq_ratio = sum(ratios) / len(ratios)
-            currents = [f.cur_khz for f in freqs if not math.isnan(f.cur_khz)]
-            if currents:
-                result.cur_freq_mhz = sum(currents) / len(currents) / 1000.0
-            result.governor = freqs[0].governor
-        result.memory_total_mb, result.memory_available_mb = memory_mb(root)
-        packs = batteries(root)
-        if packs:
-            result.battery_percent = packs[0].percent
-            result.battery_status = packs[0].status
-        self._read_power(result, packs, now_s)
-        if self._is_pi and self._vcgencmd is not None:
-            output = self._vcgencmd(["get_throttled"])
-            if output:
-                try:
-                    result.throttled = parse_throttled(output)[1]
-                except ValueError:
-                    result.throttled = []
-        return result
-
-    def _read_power(self, result: Telemetry, packs: list[Battery], now_s: float) -> None:
-        """The first of: battery discharge power, hwmon sensors, RAPL, the Pi 5 PMIC, the
-        model."""
-        rapl = rapl_energy_uj(self.root)
-        rapl_w = NAN
-        if rapl and self._last_rapl is not None:
-            last_s, last = self._last_rapl
-            elapsed = now_s - last_s
-            joules = 0.0
-            for name, (energy, span) in rapl.items():
-                before = last.get(name, (energy, span))[0]
-                delta = energy - before
-                if delta < 0 and span > 0:  # the counter wrapped
-                    delta += span
-                joules += max(delta, 0.0) * 1e-6
-            if elapsed > 0:
-                rapl_w = joules / elapsed
-        self._last_rapl = (now_s, rapl) if rapl else None
-        candidates = [(sum(p.power_w for p in packs) if packs else NAN, "battery"),
-                      (hwmon_power_w(self.root), "hwmon"), (rapl_w, "rapl")]
-        for value, source in candidates:
-            if not math.isnan(value) and value > 0:
-                result.power_w, result.power_source = value, source
-                return
-        if self._is_pi and self._vcgencmd is not None:
-            output = self._vcgencmd(["pmic_read_adc"])
-            value = parse_pmic_power_w(output) if output else NAN
-            if not math.isnan(value):
-                result.power_w, result.power_source = value, "pmic"
-                return
-        estimate = self.model.estimate(result.cpu_load, result.freq_ratio)
-        if not math.isnan(estimate):
-            result.power_w, result.power_source = estimate, "estimate"
-
-
-# --------------------------------------------------------------------------- CPU control
-def write_cpufreq(root: str, name: str,
-                  value: str | Callable[[CpuFreq], str]) -> tuple[list[str], list[str]]:
-    """Write ``value`` (or ``value(cpu)``, per CPU) into ``cpufreq/<name>`` of every CPU;
-    return the paths (written or already holding it, refused).
-
-    Refused: not writable (no root, a read-only sysfs in a container)."""
-    written, refused = [], []
-    for cpu in cpu_frequencies(root):
-        path = os.path.join(cpu.path, name)
-        text = value(cpu) if callable(value) else value
-        if _read(path) == text:
-            written.append(path)
-            continue
-        try:
-            with open(path, "w", encoding="ascii") as handle:
-                handle.write(text)
-            written.append(path)
-        except OSError:
-            refused.append(path)
-    return written, refused

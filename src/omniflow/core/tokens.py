@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from omniflow.core.timing import NS_PER_MS
 from omniflow.errors import ConfigError
 
 __all__ = [
@@ -58,7 +59,6 @@ __all__ = [
 #: The largest semantic code: codes are unsigned 32-bit integers (``uint32 code`` in TokenRef).
 CODE_MAX = 0xFFFF_FFFF
 
-_MS = 1_000_000
 _INT64_MAX = 2**63 - 1
 
 
@@ -126,8 +126,8 @@ def token_problem(token: Token, now_ns: int | None = None,
     if not _is_int(token.unused_rounds) or token.unused_rounds < 0:
         return f"unused_rounds must be a non-negative integer, got {token.unused_rounds!r}"
     if now_ns is not None and max_future_ns is not None and stamp > now_ns + max_future_ns:
-        return (f"stamp_ns {stamp} is {(stamp - now_ns) / _MS:.1f} ms ahead of now "
-                f"(at most {max_future_ns / _MS:.1f} ms allowed)")
+        return (f"stamp_ns {stamp} is {(stamp - now_ns) / NS_PER_MS:.1f} ms ahead of now "
+                f"(at most {max_future_ns / NS_PER_MS:.1f} ms allowed)")
     return None
 
 
@@ -176,9 +176,9 @@ class TokenRing:
     Not thread-safe: one owner (the scheduler's thread) calls it.
     """
 
-    def __init__(self, capacity: int = 128, reorder_tolerance_ns: int = 200 * _MS,
-                 reset_jump_ns: int = 1_000 * _MS,
-                 max_future_ns: int | None = 1_000 * _MS) -> None:
+    def __init__(self, capacity: int = 128, reorder_tolerance_ns: int = 200 * NS_PER_MS,
+                 reset_jump_ns: int = 1_000 * NS_PER_MS,
+                 max_future_ns: int | None = 1_000 * NS_PER_MS) -> None:
         """Allocate the storage once.
 
         ``reorder_tolerance_ns``: how far behind the newest stamp a token may arrive and
@@ -279,14 +279,14 @@ class TokenRing:
             if behind > self._reset_jump:
                 stats.resets += 1
                 stats.last_reset_reason = (
-                    f"clock jumped back {behind / _MS:.1f} ms (newest {self._newest_seen}, "
+                    f"clock jumped back {behind / NS_PER_MS:.1f} ms (newest {self._newest_seen}, "
                     f"got {stamp}); {self._count} tokens dropped")
                 self.clear()
             elif behind > self._tolerance:
                 stats.late_drops += 1
                 stats.last_drop_reason = (
-                    f"late: {behind / _MS:.1f} ms behind the newest token "
-                    f"(tolerance {self._tolerance / _MS:.1f} ms)")
+                    f"late: {behind / NS_PER_MS:.1f} ms behind the newest token "
+                    f"(tolerance {self._tolerance / NS_PER_MS:.1f} ms)")
                 return None
 
         count = self._count

@@ -27,6 +27,7 @@ import soundfile
 
 from omniflow.core.clock import ClockMapper
 from omniflow.core.resample import StreamResampler, float_to_int16
+from omniflow.core.timing import CHUNK_SAMPLES, SAMPLE_RATE
 from omniflow.devices.portaudio import (
     INPUT,
     describe_devices,
@@ -194,9 +195,9 @@ class SoundDeviceSource(AudioSource):
     def __init__(
         self,
         device: int | str | None,
-        sample_rate: int = 16000,
+        sample_rate: int = SAMPLE_RATE,
         channels: int = 1,
-        block_frames: int = 640,
+        block_frames: int = CHUNK_SAMPLES,
         queue_blocks: int = 50,
         warn: Warn | None = None,
     ) -> None:
@@ -399,9 +400,9 @@ class AudioFileSource(AudioSource):
     def __init__(
         self,
         path: str | Path,
-        sample_rate: int = 16000,
+        sample_rate: int = SAMPLE_RATE,
         channels: int = 1,
-        block_frames: int = 640,
+        block_frames: int = CHUNK_SAMPLES,
         loop: bool = False,
         warn: Warn | None = None,
     ) -> None:

@@ -38,6 +38,7 @@ from typing import Any
 import cv2
 import numpy as np
 
+from omniflow.core.timing import NS_PER_S
 from omniflow.errors import ConfigError, DeviceNotFoundError, SourceError, SourceExhausted
 
 __all__ = [
@@ -468,7 +469,7 @@ class Picamera2Source(FrameSource):
         boottime = getattr(time, "CLOCK_BOOTTIME", None)
         if sensor_ns and boottime is not None:
             capture_time = _stamp_to_monotonic(
-                sensor_ns / 1e9, time.clock_gettime(boottime), time.monotonic(), received_at
+                sensor_ns / NS_PER_S, time.clock_gettime(boottime), time.monotonic(), received_at
             )
         return self._emit(_to_bgr(image, self._name), capture_time)
 

@@ -57,7 +57,7 @@ import numpy as np
 import soundfile
 
 from omniflow.core.clock import ClockMapper
-from omniflow.core.timing import Pacer
+from omniflow.core.timing import SAMPLE_RATE, Pacer
 from omniflow.devices.portaudio import (
     OUTPUT,
     describe_devices,
@@ -485,7 +485,7 @@ class SoundDeviceSink(_QueuedSink):
     def __init__(
         self,
         device: int | str | None,
-        sample_rate: int = 16000,
+        sample_rate: int = SAMPLE_RATE,
         block_frames: int = 320,
         max_queue_s: float = 2.0,
         on_played: PlayedCallback | None = None,
@@ -823,7 +823,7 @@ class NullSink(_PacedSink):
 
     def __init__(
         self,
-        sample_rate: int = 16000,
+        sample_rate: int = SAMPLE_RATE,
         block_frames: int = 320,
         max_queue_s: float = 2.0,
         on_played: PlayedCallback | None = None,
@@ -858,7 +858,7 @@ class WavFileSink(_PacedSink):
     def __init__(
         self,
         path: str | Path,
-        sample_rate: int = 16000,
+        sample_rate: int = SAMPLE_RATE,
         block_frames: int = 320,
         max_queue_s: float = 2.0,
         realtime: bool = True,

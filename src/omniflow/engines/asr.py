@@ -61,7 +61,8 @@ from typing import Any
 
 import numpy as np
 
-from omniflow.engines.vad import NS_PER_SAMPLE, SAMPLE_RATE, check_pcm16k
+from omniflow.core.timing import NS_PER_S, NS_PER_SAMPLE, SAMPLE_RATE
+from omniflow.engines.vad import check_pcm16k
 from omniflow.errors import ConfigError, EngineError
 
 __all__ = [
@@ -184,7 +185,7 @@ class PocketsphinxRecognizer(Recognizer):
             except (RuntimeError, ValueError) as err:
                 raise ConfigError(f"invalid JSGF grammar (or a word not in the "
                                   f"dictionary): {err}") from err
-        self._frame_ns = 1_000_000_000 // int(self._decoder.config["frate"])
+        self._frame_ns = NS_PER_S // int(self._decoder.config["frate"])
         self._start_ns = 0
         self._active = False
         self._partial = ""
@@ -265,7 +266,6 @@ class PocketsphinxRecognizer(Recognizer):
 
 # ----------------------------------------------------------------------------- whisper
 _WHISPER_WINDOW_S = 30  # Whisper reads at most 30 s: the buffer never holds more
-_NS_PER_S = 1_000_000_000
 
 
 def _load_faster_whisper() -> Any:
@@ -464,7 +464,7 @@ class WhisperRecognizer(Recognizer):
             confidence = math.exp(float(np.mean(logprobs))) if logprobs else math.nan
             # Word times are relative to the snapshot; start() adds the stream time.
             return RecognitionResult(" ".join(t for t in texts if t), confidence,
-                                     [(w, int(a * _NS_PER_S), int(b * _NS_PER_S))
+                                     [(w, int(a * NS_PER_S), int(b * NS_PER_S))
                                       for w, a, b in words])
         return decode
 

@@ -46,8 +46,6 @@ from omniflow.core.timing import NS_PER_SAMPLE, SAMPLE_RATE
 from omniflow.errors import AudioFormatError, ConfigError, EngineError
 
 __all__ = [
-    "NS_PER_SAMPLE",
-    "SAMPLE_RATE",
     "VAD_ENGINES",
     "SileroVad",
     "VadEvent",

@@ -6,7 +6,7 @@ import threading
 
 from omniflow.core.params import ParamSpec
 from omniflow.core.stats import CaptureStats
-from omniflow.core.timing import NS_PER_S, GapDetector, Pacer, StreamClock, sequence_at
+from omniflow.core.timing import NS_PER_S, SAMPLE_RATE, GapDetector, Pacer, StreamClock, sequence_at
 from omniflow.devices.audio import AudioSource, open_audio_source
 from omniflow.errors import ConfigError
 from omniflow.msg import AudioChunk
@@ -25,7 +25,7 @@ PARAMS = (
     ParamSpec("file.rate", 1.0, "Pacing of the file: 1.0 is real time, 2.0 twice as fast "
               "(stamps stay in stream time, one block period apart)", minimum=0.1,
               maximum=100.0),
-    ParamSpec("sample_rate", 16000, "Sample rate of the published audio; files at another "
+    ParamSpec("sample_rate", SAMPLE_RATE, "Sample rate of the published audio; files at another "
               "rate are resampled", unit="Hz", minimum=8000, maximum=48000),
     ParamSpec("channels", 1, "Channels of the published audio", minimum=1, maximum=8),
     ParamSpec("chunk_ms", 40, "Duration of one published block; sample_rate * chunk_ms "

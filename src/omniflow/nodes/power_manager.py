@@ -5,14 +5,6 @@ from __future__ import annotations
 import math
 import time
 
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
-from lifecycle_msgs.msg import State, Transition
-from lifecycle_msgs.srv import ChangeState, GetState
-from rcl_interfaces.msg import Parameter as ParameterMsg
-from rcl_interfaces.srv import SetParameters
-from rclpy.node import Node
-from rclpy.parameter import Parameter
-
 from omniflow.core import telemetry
 from omniflow.core.params import ParamSpec
 from omniflow.core.power_policy import (
@@ -25,11 +17,14 @@ from omniflow.core.power_policy import (
     PowerPolicy,
     plan,
 )
-from omniflow.errors import ConfigError, RemoteCallError
+from omniflow.core.stats import OK, WARN
+from omniflow.devices import sysfs
+from omniflow.errors import ConfigError
 from omniflow.msg import DialogueState, PowerState, VoiceActivity
 from omniflow.ros.conversions import header
-from omniflow.ros.params import declare_parameters, parameter_values
+from omniflow.ros.lifecycle import AUTOSTART, Diagnosis, LifecycleBase
 from omniflow.ros.qos import LATCHED, SENSOR_DATA
+from omniflow.ros.remote import RemoteLifecycle, RemoteParameter, RemoteSetting
 from omniflow.ros.run import run_node
 
 _MODES = ("active", "listen", "idle", "sleep", "thermal")
@@ -122,21 +117,6 @@ PARAMS = (
 CAMERA_FPS_PARAM = "fps"
 VISION_RATE_PARAM = "vision.rate_hz"
 LLM_THREADS_PARAM = "llm.threads"
-# A confirmed setting is sent again after this long, in case its node restarted.
-_REASSERT_S = 30.0
-# Failures of one target are logged at most this often (each is counted).
-_LOG_THROTTLE_S = 10.0
-# Failures this soon after start are counted but not logged: nodes launched together take a
-# moment to discover each other's services.
-_STARTUP_GRACE_S = 5.0
-
-_STATE_NAMES = {State.PRIMARY_STATE_UNCONFIGURED: "unconfigured",
-                State.PRIMARY_STATE_INACTIVE: "inactive", State.PRIMARY_STATE_ACTIVE: "active",
-                State.PRIMARY_STATE_FINALIZED: "finalized"}
-_TRANSITION_NAMES = {Transition.TRANSITION_CONFIGURE: "configure",
-                     Transition.TRANSITION_ACTIVATE: "activate",
-                     Transition.TRANSITION_DEACTIVATE: "deactivate",
-                     Transition.TRANSITION_CLEANUP: "cleanup"}
 
 
 def _check(params: dict[str, object]) -> str | None:
@@ -154,177 +134,15 @@ def _check(params: dict[str, object]) -> str | None:
     return None
 
 
-class _Remote:
-    """One setting on another node, brought to the wanted value by async service calls:
-    at most one call in flight, each with a timeout; a failure is logged (throttled),
-    counted, and retried on the next tick. Runs entirely on the node's executor."""
-
-    def __init__(self, node: PowerManagerNode, what: str) -> None:
-        self.node = node
-        self.what = what
-        self.wanted: object = None
-        self.confirmed: object = None
-        self.confirmed_at = 0.0
-        self.failures = 0
-        self.error = ""
-        self._future = None
-        self._client = None
-        self._deadline = 0.0
-        self._last_log = -math.inf
-
-    def want(self, value: object) -> None:
-        if value != self.wanted:
-            self.wanted = value
-            self.confirmed = None
-
-    @property
-    def status(self) -> str:
-        if self.error:
-            return f"failing ({self.failures} failures): {self.error}"
-        if self.wanted is None or self.confirmed == self.wanted:
-            return f"ok: {self.confirmed}" if self.wanted is not None else "idle"
-        return f"pending: {self.wanted}"
-
-    def tick(self, now: float) -> None:
-        if self._future is not None:
-            if self._future.done() or now < self._deadline:
-                return
-            self._client.remove_pending_request(self._future)
-            self._future = None
-            self.fail(RemoteCallError(f"{self._call_name} did not answer within "
-                                      f"{self._timeout:g} s"))
-            return
-        if self.wanted is None:
-            return
-        if self.confirmed == self.wanted and now - self.confirmed_at < _REASSERT_S:
-            return
-        self.start(now)
-
-    def call(self, client, request, timeout: float, callback) -> None:
-        """Send ``request`` if the service is there; ``callback(response)`` on the answer."""
-        name = client.srv_name
-        if not client.service_is_ready():
-            self.fail(RemoteCallError(f"{name} is not available (is the node running?)"))
-            return
-        self._client, self._call_name, self._timeout = client, name, timeout
-        self._deadline = time.monotonic() + timeout
-        future = client.call_async(request)
-        self._future = future
-
-        def done(_future) -> None:
-            if self._future is not future:
-                return  # abandoned after its timeout
-            self._future = None
-            try:
-                response = future.result()
-            except Exception as err:  # noqa: BLE001 - any transport failure is a failure
-                self.fail(RemoteCallError(f"{name} failed: {err}"))
-                return
-            callback(response)
-        future.add_done_callback(done)
-
-    def succeed(self, value: object) -> None:
-        if self.error:
-            self.node.get_logger().info(
-                f"{self.what}: {value} (answering again after {self.failures} failures)")
-        elif value != self.confirmed:
-            self.node.get_logger().info(f"{self.what}: {value}")
-        self.confirmed, self.confirmed_at, self.error = value, time.monotonic(), ""
-        if self.wanted != value:  # changed while the call was in flight: at once, not later
-            self.start(self.confirmed_at)
-
-    def fail(self, error: RemoteCallError) -> None:
-        self.failures += 1
-        self.error = str(error)
-        now = time.monotonic()
-        if now - self.node.started >= _STARTUP_GRACE_S and \
-                now - self._last_log >= _LOG_THROTTLE_S:
-            self._last_log = now
-            self.node.get_logger().warning(
-                f"{self.what} -> {self.wanted}: {error}; retrying every period "
-                f"({self.failures} failures so far)")
-
-    def start(self, now: float) -> None:
-        raise NotImplementedError
-
-
-class _RemoteParameter(_Remote):
-    """A parameter of another node, through its ``set_parameters`` service."""
-
-    def __init__(self, node: PowerManagerNode, target: str, parameter: str) -> None:
-        super().__init__(node, f"{target}.{parameter}")
-        self.parameter = parameter
-        self._set = node.create_client(SetParameters, f"{target}/set_parameters")
-
-    def start(self, now: float) -> None:
-        value = self.wanted
-        request = SetParameters.Request(parameters=[ParameterMsg(
-            name=self.parameter, value=Parameter(self.parameter, value=value)
-            .get_parameter_value())])
-
-        def answered(response) -> None:
-            result = response.results[0] if response.results else None
-            if result is not None and result.successful:
-                self.succeed(value)
-            else:
-                reason = result.reason if result is not None else "no result"
-                self.fail(RemoteCallError(f"{self._set.srv_name} refused {self.parameter}="
-                                          f"{value}: {reason}"))
-        self.call(self._set, request, self.node.params["targets.timeout_s"], answered)
-
-
-class _RemoteLifecycle(_Remote):
-    """The lifecycle state of another node: True = active, False = not active (a deactivate
-    from active; an unconfigured node counts as not active). Reaching active may take two
-    transitions (configure, activate), chained as answers come."""
-
-    def __init__(self, node: PowerManagerNode, target: str) -> None:
-        super().__init__(node, f"{target} lifecycle")
-        self._get = node.create_client(GetState, f"{target}/get_state")
-        self._change = node.create_client(ChangeState, f"{target}/change_state")
-
-    def start(self, now: float) -> None:
-        self.call(self._get, GetState.Request(), self.node.params["targets.timeout_s"],
-                  self._on_state)
-
-    def _on_state(self, response) -> None:
-        state = response.current_state.id
-        # Asleep means unconfigured: cleanup is what frees the model's memory.
-        goal = State.PRIMARY_STATE_ACTIVE if self.wanted else State.PRIMARY_STATE_UNCONFIGURED
-        if state == goal:
-            self.succeed(self.wanted)
-            return
-        if self.wanted:
-            transition = {State.PRIMARY_STATE_UNCONFIGURED: Transition.TRANSITION_CONFIGURE,
-                          State.PRIMARY_STATE_INACTIVE: Transition.TRANSITION_ACTIVATE}.get(
-                state)
-        else:
-            transition = {State.PRIMARY_STATE_ACTIVE: Transition.TRANSITION_DEACTIVATE,
-                          State.PRIMARY_STATE_INACTIVE: Transition.TRANSITION_CLEANUP}.get(
-                state)
-        if transition is None:  # e.g. finalized, or in a transition
-            wanted = "active" if self.wanted else "unconfigured"
-            self.fail(RemoteCallError(f"{self._get.srv_name}: cannot reach '{wanted}' from "
-                                      f"state {_STATE_NAMES.get(state, state)}"))
-            return
-
-        def changed(result) -> None:
-            if not result.success:
-                self.fail(RemoteCallError(
-                    f"{self._change.srv_name}: {_TRANSITION_NAMES[transition]} failed (the "
-                    "node's log says why)"))
-                return
-            self.start(time.monotonic())  # next step, or confirmation
-        self.call(self._change, ChangeState.Request(transition=Transition(id=transition)),
-                  self.node.params["targets.transition_timeout_s"], changed)
-
-
-class PowerManagerNode(Node):
+class PowerManagerNode(LifecycleBase):
     """Watches the machine and the conversation; turns rates and models down when nobody
     talks and up the moment someone does.
 
     ROS contract:
-        node name: ``power_manager`` (a plain node: it drives other nodes' lifecycles).
+        node name: ``power_manager`` (lifecycle; autostarts unless ``autostart:=false``;
+            it drives the lifecycle of ``targets.llm``). Configure reads the machine once and
+            creates the service clients; activate starts the period; deactivate stops it and
+            lifts a frequency cap it wrote; cleanup, shutdown and exit do the same.
         subscribes:
             ``dialogue_state`` (omniflow/msg/DialogueState, latched): anything but LISTENING
             is conversation; leaving LISTENING wakes to ACTIVE at once (not at the next
@@ -336,32 +154,33 @@ class PowerManagerNode(Node):
             ``power_state`` (omniflow/msg/PowerState, latched): the mode, why, the readings,
             the camera rate asked for; every period.
             ``/diagnostics`` (diagnostic_msgs/DiagnosticArray): every reading, the mode, each
-            target's status, CPU advice; every period.
+            target's status, CPU advice; with every ``power_state``.
+            ``~/status`` (std_msgs/String, latched): lifecycle state, mode and targets (JSON).
         calls (each with a timeout; failures logged, counted, retried next period):
             ``<targets.camera>/set_parameters``: ``fps``;
             ``<targets.vision>/set_parameters``: ``vision.rate_hz``;
             ``<targets.llm>/set_parameters``: ``llm.threads``; ``<targets.llm>/get_state``
-            and ``change_state``: deactivate in SLEEP, configure/activate on waking.
+            and ``change_state``: deactivate and clean up in SLEEP, configure/activate on
+            waking.
         writes: ``cpufreq/scaling_governor`` and ``scaling_max_freq`` under ``sysfs_root``
             when writable (``cpu.control: auto``), else reports them as advice.
-        parameters: see ``PARAMS``; all but ``period_s``, ``sysfs_root`` and
-            ``targets.*`` names apply at once.
+        parameters: see ``PARAMS``, and the shared ``autostart``; all but ``autostart``,
+            ``period_s``, ``sysfs_root`` and ``targets.*`` names apply at once.
 
     Threads: one SingleThreadedExecutor; every remote call is async (a future with a
     deadline checked each period), so a target that never answers costs nothing.
     """
 
-    def __init__(self, *, reader: telemetry.TelemetryReader | None = None, **kwargs) -> None:
-        super().__init__("power_manager", **kwargs)
-        self.started = time.monotonic()
-        declare_parameters(self, PARAMS, apply=self._on_parameters)
-        self.params = parameter_values(self, PARAMS)
+    def __init__(self, *, reader: sysfs.TelemetryReader | None = None, **kwargs) -> None:
+        # Diagnostics go out with each decision (see _publish), not on a timer of their own.
+        super().__init__("power_manager", PARAMS + (AUTOSTART,), diagnostics_period_s=None,
+                         **kwargs)
         problem = _check(self.params)
         if problem:
             raise ConfigError(problem)
-        self._reader = reader or telemetry.TelemetryReader(
-            self.params["sysfs_root"], self._power_model())
-        self._policy = PowerPolicy(self._policy_config())
+        self._given_reader = reader
+        self._reader: sysfs.TelemetryReader | None = None
+        self._policy: PowerPolicy | None = None
         self._actions = self._action_config()
         self._telemetry = telemetry.Telemetry()
         self._dialogue: int | None = None
@@ -370,26 +189,77 @@ class PowerManagerNode(Node):
         self._plan: Plan | None = None
         self._cpu_applied: tuple[str, float] | None = None
         self._cpu_advice = ""
-        self._remotes: dict[str, _Remote] = {}
-        camera, vision, llm = (self.params[f"targets.{name}"]
-                               for name in ("camera", "vision", "llm"))
-        if camera:
-            self._remotes["camera_fps"] = _RemoteParameter(self, camera, CAMERA_FPS_PARAM)
-        if vision:
-            self._remotes["vision_rate"] = _RemoteParameter(self, vision, VISION_RATE_PARAM)
-        if llm:
-            self._remotes["llm_threads"] = _RemoteParameter(self, llm, LLM_THREADS_PARAM)
-            self._remotes["llm_active"] = _RemoteLifecycle(self, llm)
+        self._remotes: dict[str, RemoteSetting] = {}
+        self._timer = None
         self._state_pub = self.create_publisher(PowerState, "power_state", LATCHED)
-        self._diagnostics = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self.create_subscription(DialogueState, "dialogue_state", self._on_dialogue, LATCHED)
         # Best effort matches a voice-activity publisher of either reliability.
         self.create_subscription(VoiceActivity, "voice_activity", self._on_voice, SENSOR_DATA)
+
+    # ----------------------------------------------------------------- lifecycle
+    def configure(self) -> str:
+        problem = _check(self.params)
+        if problem:
+            raise ConfigError(problem)
+        root = self.params["sysfs_root"]
+        self._reader = self._given_reader or sysfs.TelemetryReader(root, self._power_model())
+        self._policy = PowerPolicy(self._policy_config())
+        self._actions = self._action_config()
+        self._decision = self._plan = None
+        camera, vision, llm = (self.params[f"targets.{name}"]
+                               for name in ("camera", "vision", "llm"))
+
+        def timeout() -> float:
+            return self.params["targets.timeout_s"]
+
+        def transition_timeout() -> float:
+            return self.params["targets.transition_timeout_s"]
+        if camera:
+            self._remotes["camera_fps"] = RemoteParameter(self, camera, CAMERA_FPS_PARAM,
+                                                          timeout)
+        if vision:
+            self._remotes["vision_rate"] = RemoteParameter(self, vision, VISION_RATE_PARAM,
+                                                           timeout)
+        if llm:
+            self._remotes["llm_threads"] = RemoteParameter(self, llm, LLM_THREADS_PARAM,
+                                                           timeout)
+            self._remotes["llm_active"] = RemoteLifecycle(self, llm, timeout,
+                                                          transition_timeout)
         self._reader.sample(time.monotonic())  # CPU load needs a previous sample
-        self.create_timer(self.params["period_s"], self._tick)
-        self.get_logger().info(
-            f"reading {self.params['sysfs_root']}; board: {self._reader.board or 'unknown'}; "
-            f"targets: camera={camera!r} vision={vision!r} llm={llm!r}")
+        return (f"reading {root}; board: {self._reader.board or 'unknown'}; "
+                f"targets: camera={camera!r} vision={vision!r} llm={llm!r}")
+
+    def activate(self) -> None:
+        self._cpu_applied = None  # what deactivate lifted is written again
+        self._timer = self.create_timer(self.params["period_s"], self._tick)
+
+    def deactivate(self) -> None:
+        self._stop_period()
+        self._lift_cap()
+        self.stop_workers()
+
+    def release_resources(self) -> None:
+        self._lift_cap()
+        self._stop_period()
+        for remote in self._remotes.values():
+            remote.close()
+        self._remotes = {}
+        self._reader = self._policy = None
+
+    def apply_live(self, changes: dict[str, object]) -> str | None:
+        problem = _check(self.params)
+        if problem:
+            return problem
+        self._policy.config = self._policy_config()
+        self._actions = self._action_config()
+        self._reader.model = self._power_model()
+        self._cpu_applied = None
+        return None
+
+    def _stop_period(self) -> None:
+        if self._timer is not None:
+            self.destroy_timer(self._timer)
+            self._timer = None
 
     # ----------------------------------------------------------------- configuration
     def _power_model(self) -> telemetry.PowerModel:
@@ -418,30 +288,19 @@ class PowerManagerNode(Node):
             governor_awake=p["cpu.governor_awake"], governor_asleep=p["cpu.governor_asleep"],
             thermal_max_freq_ratio=p["cpu.thermal_max_freq_ratio"])
 
-    def _on_parameters(self, changes: dict[str, object]) -> str | None:
-        problem = _check({**self.params, **changes})
-        if problem:
-            return problem
-        self.params.update(changes)
-        self._policy.config = self._policy_config()
-        self._actions = self._action_config()
-        self._reader.model = self._power_model()
-        self._cpu_applied = None
-        return None
-
     # ----------------------------------------------------------------- inputs
     def _on_dialogue(self, msg: DialogueState) -> None:
         woke = self._dialogue in (None, DialogueState.LISTENING) and \
             msg.state != DialogueState.LISTENING
         self._dialogue = msg.state
-        if woke and self._decide():  # at once, not at the next period
+        if woke and self._timer is not None and self._decide():  # at once, not next period
             self._publish()
 
     def _on_voice(self, msg: VoiceActivity) -> None:
         if msg.event in (VoiceActivity.START, VoiceActivity.ONGOING):
             first = not self._voice_heard
             self._voice_heard = True
-            if first and self._decide():
+            if first and self._timer is not None and self._decide():
                 self._publish()
 
     # ----------------------------------------------------------------- the period
@@ -491,7 +350,7 @@ class PowerManagerNode(Node):
             return
         self._cpu_applied = target
         root = self.params["sysfs_root"]
-        cpus = telemetry.cpu_frequencies(root)
+        cpus = sysfs.cpu_frequencies(root)
         if not cpus:
             self._cpu_advice = "no cpufreq on this machine: nothing to set"
             return
@@ -505,11 +364,9 @@ class PowerManagerNode(Node):
         advice.append(f"max frequency {ratio:.0%} of the hardware maximum")
         if control == "auto":
             if governor:
-                refused += telemetry.write_cpufreq(root, "scaling_governor", governor)[1]
-            refused += telemetry.write_cpufreq(
-                root, "scaling_max_freq",
-                lambda cpu: str(int(cpu.hardware_max_khz * ratio))
-                if not math.isnan(cpu.hardware_max_khz) else str(int(cpu.max_khz)))[1]
+                refused += sysfs.write_cpufreq(root, "scaling_governor", governor)[1]
+            refused += sysfs.write_cpufreq(
+                root, "scaling_max_freq", lambda cpu: telemetry.max_freq_khz_text(cpu, ratio))[1]
         if control == "advise" or refused:
             why = f" ({len(refused)} cpufreq files not writable)" if refused else ""
             self._cpu_advice = "set " + ", ".join(advice) + why
@@ -518,16 +375,14 @@ class PowerManagerNode(Node):
             self._cpu_advice = ""
             self.get_logger().info(f"CPU: {', '.join(advice)}")
 
-    def release(self) -> None:
-        """Lift a frequency cap this node wrote (at exit: a capped CPU must not outlive the
-        node that watches its temperature)."""
+    def _lift_cap(self) -> None:
+        """Lift a frequency cap this node wrote (a capped CPU must not outlive the node that
+        watches its temperature: called on deactivate, cleanup, shutdown and at exit)."""
         if self._cpu_applied is None or self._cpu_applied[1] >= 1.0 or \
                 self.params["cpu.control"] != "auto":
             return
-        telemetry.write_cpufreq(
-            self.params["sysfs_root"], "scaling_max_freq",
-            lambda cpu: str(int(cpu.hardware_max_khz)) if not math.isnan(cpu.hardware_max_khz)
-            else str(int(cpu.max_khz)))
+        sysfs.write_cpufreq(self.params["sysfs_root"], "scaling_max_freq",
+                            lambda cpu: telemetry.max_freq_khz_text(cpu, 1.0))
         self._cpu_applied = None
 
     # ----------------------------------------------------------------- outputs
@@ -535,16 +390,29 @@ class PowerManagerNode(Node):
         decision, settings, t = self._decision, self._plan, self._telemetry
         if decision is None:
             return
-        stamp = self.get_clock().now().nanoseconds
         self._state_pub.publish(PowerState(
-            header=header(stamp, ""), mode=int(decision.mode), reason=decision.reason,
+            header=header(self.now_ns(), ""), mode=int(decision.mode), reason=decision.reason,
             temperature_c=t.temperature_c, power_w=t.power_w,
             power_estimated=t.power_estimated, cpu_load=t.cpu_load,
             battery_percent=t.battery_percent, camera_fps=settings.camera_fps))
+        self.report()
+
+    def summary(self) -> dict[str, object]:
+        result: dict[str, object] = {"state": self.state_text}
+        if self._decision is not None:
+            result.update(mode=self._decision.mode.name, reason=self._decision.reason,
+                          cpu_advice=self._cpu_advice,
+                          targets={r.what: r.status for r in self._remotes.values()})
+        return result
+
+    def diagnosis(self) -> Diagnosis:
+        decision, settings, t = self._decision, self._plan, self._telemetry
+        if decision is None:
+            return super().diagnosis()
         failing = [r.what for r in self._remotes.values() if r.error]
-        level = DiagnosticStatus.OK
+        level = OK
         if decision.mode == Mode.THERMAL_LIMIT or failing or t.throttled:
-            level = DiagnosticStatus.WARN
+            level = WARN
         message = f"{decision.mode.name}: {decision.reason}"
         if failing:
             message += f"; not answering: {', '.join(failing)}"
@@ -558,11 +426,7 @@ class PowerManagerNode(Node):
                   ("llm_active", str(settings.llm_active).lower()),
                   ("cpu_advice", self._cpu_advice)]
         values += [(f"target.{r.what}", r.status) for r in self._remotes.values()]
-        status = DiagnosticStatus(
-            level=level, name=f"omniflow: {self.get_fully_qualified_name()}",
-            message=message, hardware_id=t.board or "host",
-            values=[KeyValue(key=k, value=v) for k, v in values])
-        self._diagnostics.publish(DiagnosticArray(header=header(stamp, ""), status=[status]))
+        return Diagnosis(level, message, t.board or "host", dict(values))
 
 
 def main(args: list[str] | None = None) -> int:

@@ -15,6 +15,7 @@ from omniflow.core.phrases import PhraseChunker
 from omniflow.core.resample import StreamResampler, float_to_int16, int16_to_float
 from omniflow.core.speech_turns import Speak, SpeechPlanner, Stop, TurnDone
 from omniflow.core.stats import DeviceStats
+from omniflow.core.timing import NS_PER_MS, SAMPLE_RATE
 from omniflow.devices.playback import AudioSink, open_audio_sink
 from omniflow.engines.tts import TtsEngine, make_tts_engine
 from omniflow.msg import AudioChunk, DialogueState, ResponseChunk, SpeechState
@@ -35,7 +36,7 @@ PARAMS = (
               choices=("device", "wav", "null")),
     ParamSpec("device", "", "Output device by index or (part of) its name; empty: default"),
     ParamSpec("wav.path", "", "WAV file written when sink is 'wav'"),
-    ParamSpec("sample_rate", 16000, "Rate of the played (and published) audio; speech is "
+    ParamSpec("sample_rate", SAMPLE_RATE, "Rate of the played (and published) audio; speech is "
               "resampled to it", unit="Hz", minimum=8000, maximum=48000),
     ParamSpec("block_ms", 20, "Output block: the most a stop can take to silence the "
               "speaker", unit="ms", minimum=5, maximum=20),
@@ -381,7 +382,7 @@ class SpeechNode(DeviceNode):
                     changed = self._speaking
                     first_ns = self._first_token_ns.pop(head.turn_id, None)
                     if first_ns is not None:
-                        self.stats.first_audio_ms = (stamp_ns - first_ns) / 1e6
+                        self.stats.first_audio_ms = (stamp_ns - first_ns) / NS_PER_MS
                 used = min(remaining, head.frames)
                 head.frames -= used
                 remaining -= used

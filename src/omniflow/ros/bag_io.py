@@ -15,6 +15,7 @@ from rclpy.node import Node
 from rclpy.qos import QoSProfile
 
 from omniflow.bag import BagMessage, BagReader, BagWriter, known_type, message_class
+from omniflow.core.timing import NS_PER_S
 from omniflow.errors import BagError
 from omniflow.graph import CLOCK_TOPIC, EVENTS, LATCHED, SENSOR_DATA, TOPICS, graph_topic_name
 from omniflow.ros import qos as qos_profiles
@@ -187,7 +188,7 @@ class Player:
 
     def _publish_clock(self, stamp_ns: int) -> None:
         if self._clock_pub is not None:
-            sec, nanosec = divmod(int(stamp_ns), 1_000_000_000)
+            sec, nanosec = divmod(int(stamp_ns), NS_PER_S)
             msg = self._clock_cls()
             msg.clock.sec, msg.clock.nanosec = sec, nanosec
             self._clock_pub.publish(msg)
@@ -223,11 +224,11 @@ class Player:
                 break
             self.stats.loops += 1
             offset_ns += last - first + 40_000_000
-        end_ns = last + offset_ns + int(tail_s * 1e9)
+        end_ns = last + offset_ns + int(tail_s * NS_PER_S)
         if tail_s > 0 and not stop.is_set():
             self._run_clock(last + offset_ns, end_ns, stop)
         if until is not None and not stop.is_set():
-            self._run_clock(end_ns, end_ns + int(until_max_s * self._rate * 1e9), stop, until)
+            self._run_clock(end_ns, end_ns + int(until_max_s * self._rate * NS_PER_S), stop, until)
         return self.stats
 
     def _play_once(self, first: int, last: int, offset_ns: int, stop: threading.Event,
@@ -251,7 +252,7 @@ class Player:
         due_wall = start_wall + (stamp_ns - first) / self._rate
         while True:
             now = time.monotonic_ns()
-            remaining_s = (due_wall - now) / 1e9
+            remaining_s = (due_wall - now) / NS_PER_S
             if remaining_s <= 0:
                 self.stats.late_ms_max = max(self.stats.late_ms_max, -remaining_s * 1000)
                 return

@@ -62,11 +62,13 @@ class LifecycleBase(LifecycleNode):
 
     Publishes ``~/status`` (std_msgs/String, latched) and ``/diagnostics``
     (diagnostic_msgs/DiagnosticArray) every ``diagnostics_period_s``, or every
-    ``diagnostics_period`` seconds where the node declares that parameter.
+    ``diagnostics_period`` seconds where the node declares that parameter; with
+    ``diagnostics_period_s=None`` (and no such parameter) there is no timer and the node
+    calls :meth:`report` itself (the power manager reports with each decision).
     """
 
     def __init__(self, node_name: str, specs: tuple[ParamSpec, ...], *,
-                 diagnostics_period_s: float = 1.0,
+                 diagnostics_period_s: float | None = 1.0,
                  callback_group: CallbackGroup | None = None, **kwargs) -> None:
         super().__init__(node_name, **kwargs)
         self.specs = specs
@@ -80,7 +82,8 @@ class LifecycleBase(LifecycleNode):
         self._status_pub = self.create_publisher(String, "~/status", LATCHED)
         self._diagnostics_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         period_s = self.params.get("diagnostics_period", diagnostics_period_s)
-        self.create_timer(period_s, self.report, callback_group=callback_group)
+        if period_s is not None:
+            self.create_timer(period_s, self.report, callback_group=callback_group)
 
     # ----------------------------------------------------------------- subclass interface
     def configure(self) -> str:
