@@ -5,7 +5,9 @@ that records what it is asked (tier 2).
   association chose for the utterance goes in as words (its summary) and its frame as an
   image; a frame from another moment does not.
 - A server that answers garbage fails the turn with a clear error; the node stays up and the
-  conversation's history is not lost."""
+  conversation's history is not lost.
+- Live ``llm.*`` parameters reach the server's request, or are refused with the reason
+  (``llm.threads``: the server decides)."""
 
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ from omniflow.msg import Association, DialogueState, TokenRef, Transcript, Voice
 from omniflow.ros import conversions
 from omniflow.ros.monitor import TopicRecorder
 from omniflow.ros.qos import EVENTS, LATCHED, SENSOR_DATA
+from ros_helpers import get_parameter, set_parameters
 
 _MS = 1_000_000
 
@@ -193,3 +196,30 @@ def test_a_server_answering_garbage_fails_the_turn_and_keeps_the_history(
     assert outcome.result.response == "A red box."
     asked = json.dumps(server.requests[-1]["messages"])
     assert "Where is the kitchen?" in asked and "And the garden?" in asked
+
+
+def test_live_llm_parameters_reach_the_server_or_are_refused(ros_node, start_node, server):
+    ns = f"/t{uuid.uuid4().hex[:6]}"
+    dialogue = start_node("omniflow.nodes.dialogue", "dialogue", {
+        "llm.backend": "remote", "llm.remote.url": f"http://127.0.0.1:{server.server_port}",
+        "proactive.enabled": False, "speech_start_timeout_s": 0.5}, namespace=ns)
+    client = ActionClient(ros_node, Converse, f"{ns}/converse")
+    assert client.wait_for_server(timeout_sec=START_TIMEOUT_S), dialogue.output()
+    states = TopicRecorder(ros_node, DialogueState, f"{ns}/dialogue_state", LATCHED)
+    states.wait_until(lambda ms: any(m.reason == "listening" for m in ms), START_TIMEOUT_S,
+                      "dialogue active")
+
+    threads, = set_parameters(ros_node, dialogue, **{"llm.threads": 1})
+    assert not threads.successful
+    assert "llm.threads is not applied by the remote backend: the server decides" in \
+        threads.reason, threads.reason
+    assert get_parameter(ros_node, dialogue, "llm.threads") == 2
+    applied = set_parameters(ros_node, dialogue, **{"llm.temperature": 0.5, "llm.max_tokens": 9})
+    assert all(result.successful for result in applied), applied
+
+    handle = wait_future(client.send_goal_async(Converse.Goal(prompt="Hello?")), 30)
+    assert handle.accepted
+    outcome = wait_future(handle.get_result_async(), 60)
+    assert outcome.status == GoalStatus.STATUS_SUCCEEDED, outcome.result.error
+    request = server.requests[-1]
+    assert request["temperature"] == 0.5 and request["max_tokens"] == 9, request
