@@ -7,6 +7,7 @@ import dataclasses
 import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, ClassVar
 
 from omniflow.core.params import validate
@@ -58,10 +59,10 @@ class Sampling:
 
     def update(self, values: Mapping[str, Any]) -> None:
         """Take the values of ``llm.<field>`` names; other names are left alone."""
-        for spec in dataclasses.fields(self):
-            name = f"llm.{spec.name}"
+        for field in dataclasses.fields(self):
+            name = f"llm.{field.name}"
             if name in values:
-                setattr(self, spec.name, values[name])
+                setattr(self, field.name, values[name])
 
 
 class LlmBackend(abc.ABC):
@@ -77,7 +78,7 @@ class LlmBackend(abc.ABC):
 
     #: Live parameters (``BACKEND_LIVE_PARAMS``) this backend cannot apply, each with the
     #: reason; :meth:`update` refuses a change of any of them.
-    not_applied: ClassVar[Mapping[str, str]] = {}
+    not_applied: ClassVar[Mapping[str, str]] = MappingProxyType({})
 
     def __init__(self, sampling: Sampling | None = None) -> None:
         self._last_stats: GenerationStats | None = None
@@ -127,7 +128,7 @@ class LlmBackend(abc.ABC):
         if problems:
             raise ConfigError("; ".join(problems))
         self._apply({name: value for name, value in values.items()
-                     if name in BACKEND_LIVE_PARAMS and name not in self.not_applied})
+                     if name in BACKEND_LIVE_PARAMS})
 
     def _apply(self, values: Mapping[str, Any]) -> None:
         """Apply validated live values; a backend that reads more than ``sampling`` (such as

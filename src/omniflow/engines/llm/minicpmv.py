@@ -6,6 +6,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import MappingProxyType
 
 from omniflow.core.prompt import Prompt
 from omniflow.engines.llm.base import GenerationStats, Sampling
@@ -29,8 +30,9 @@ class MiniCpmVBackend(InProcessBackend):
     """
 
     name = "minicpmv"
-    not_applied = {"llm.prompt_chunk": "its chat handler evaluates the images and the prompt "
-                                       "in one call"}
+    not_applied = MappingProxyType({
+        "llm.prompt_chunk": "its chat handler evaluates the images and the prompt in one call",
+    })
 
     def __init__(self, model_path: str | Path, mmproj_path: str | Path, *, n_ctx: int = 4096,
                  threads: int = 2, seed: int = -1, sampling: Sampling | None = None) -> None:

@@ -15,6 +15,7 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Iterator
+from types import MappingProxyType
 from typing import Any
 
 from omniflow.core.prompt import DEFAULT_FORMAT, Prompt, PromptFormat
@@ -24,6 +25,8 @@ from omniflow.engines.llm.sse import server_sent_events
 from omniflow.errors import ConfigError, EngineError
 
 __all__ = ["RemoteBackend"]
+
+_NOT_SENT = "not a field of the OpenAI API, which is all it sends; set it on the server"
 
 
 class RemoteBackend(LlmBackend):
@@ -39,14 +42,12 @@ class RemoteBackend(LlmBackend):
     """
 
     name = "remote"
-    not_applied = {
+    not_applied = MappingProxyType({
         "llm.threads": "the server decides",
         "llm.prompt_chunk": "the server evaluates the prompt",
-        "llm.top_k": "not a field of the OpenAI API, which is all it sends; set it on the "
-                     "server",
-        "llm.repeat_penalty": "not a field of the OpenAI API, which is all it sends; set it "
-                              "on the server",
-    }
+        "llm.top_k": _NOT_SENT,
+        "llm.repeat_penalty": _NOT_SENT,
+    })
 
     def __init__(self, url: str, *, model: str = "", api: str = "chat", api_key: str = "",
                  timeout_s: float = 10.0, images: bool = False,
