@@ -55,7 +55,11 @@ def test_the_embedded_model_is_assembled_once_and_checked(gemma_path: Path) -> N
 
 
 def test_a_simple_question_gets_a_short_answer(gemma: LlamaCppBackend) -> None:
-    text = _answer(gemma, Prompt(DEFAULT_SYSTEM_PROMPT, user="What is the capital of France?"))
+    # Greedy decoding still depends on the CPU kernels llama.cpp was built with: on an AVX2-only
+    # build "What is the capital of France?" gets "France is the capital of France."; this
+    # wording is answered "Paris." on both kinds of build.
+    text = _answer(gemma, Prompt(DEFAULT_SYSTEM_PROMPT,
+                                 user="Which city is the capital of France?"))
     stats = gemma.last_stats
     assert "Paris" in text
     assert 0 < len(text.split()) <= 20 and text == text.strip()
