@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from omniflow.core.params import ParamSpec, defaults, validate
+from omniflow.core.params import ParamSpec, defaults, unknown_names, validate
 from omniflow.errors import ConfigError
 from omniflow.ros.params import descriptor_for
 
@@ -259,3 +259,23 @@ def test_descriptor_has_no_range_for_bools_strings_or_half_open_bounds(spec: Par
     descriptor = descriptor_for(spec)
     assert list(descriptor.integer_range) == []
     assert list(descriptor.floating_point_range) == []
+
+
+# --- unknown_names -------------------------------------------------------------------------
+
+
+def test_unknown_names_name_the_closest_declared_parameter() -> None:
+    specs = (ParamSpec("window.before_ms", 80, "Before"), ParamSpec("window.after_ms", 120,
+                                                                     "After"))
+    assert unknown_names(specs, ["window.befor_ms", "window.after_ms"]) == [
+        "'window.befor_ms' is not a parameter of this node (did you mean 'window.before_ms'?)"]
+
+
+def test_unknown_names_without_a_close_match_give_no_hint() -> None:
+    assert unknown_names(SPECS, ["colour_space"]) == [
+        "'colour_space' is not a parameter of this node"]
+
+
+def test_unknown_names_skip_the_middlewares_own_parameters() -> None:
+    given = ["use_sim_time", "qos_overrides./audio.subscription.depth", "fps"]
+    assert unknown_names(SPECS, given, known_elsewhere=["use_sim_time"]) == []

@@ -8,6 +8,7 @@ rejected with a message that names what is allowed. No ROS imports here.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -106,3 +107,23 @@ def validate(specs: Iterable[ParamSpec], values: Mapping[str, object]) -> list[s
 def defaults(specs: Iterable[ParamSpec]) -> dict[str, Value]:
     """The default value of every spec, by name."""
     return {spec.name: spec.default for spec in specs}
+
+
+def unknown_names(specs: Iterable[ParamSpec], given: Iterable[str],
+                  known_elsewhere: Iterable[str] = ()) -> list[str]:
+    """One message per name in ``given`` that no spec declares (a typo in a parameters
+    file is otherwise ignored in silence), naming the closest declared name if there is one.
+
+    ``known_elsewhere`` are names the middleware itself declares (``use_sim_time``, ...);
+    ``qos_overrides.`` entries belong to the middleware too.
+    """
+    declared = {spec.name for spec in specs}
+    ignored = declared | set(known_elsewhere)
+    messages = []
+    for name in sorted(set(given) - ignored):
+        if name.startswith("qos_overrides."):
+            continue
+        close = difflib.get_close_matches(name, sorted(declared), n=1, cutoff=0.6)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        messages.append(f"'{name}' is not a parameter of this node{hint}")
+    return messages

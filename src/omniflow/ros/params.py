@@ -20,7 +20,7 @@ from rcl_interfaces.msg import (
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
-from omniflow.core.params import ParamSpec
+from omniflow.core.params import ParamSpec, unknown_names
 
 # Return a reason to refuse the change, or None to accept it.
 ApplyHook = Callable[[dict[str, object]], str | None]
@@ -74,6 +74,24 @@ def declare_parameters(node: Node, specs: Iterable[ParamSpec],
     for spec in specs:
         node.declare_parameter(spec.name, spec.default, descriptor_for(spec))
     declared = True
+    warn_unknown_overrides(node, specs)
+
+
+def warn_unknown_overrides(node: Node, specs: Iterable[ParamSpec]) -> list[str]:
+    """Log one warning naming every start-up override (a parameters file, ``-p``) that is
+    not a parameter of ``node``, with the closest known name; returns the messages.
+
+    rclpy keeps the overrides it was given for this node in ``_parameter_overrides`` (no
+    public accessor in Jazzy); names it declares itself are read from the node.
+    """
+    given = getattr(node, "_parameter_overrides", {})
+    own = [name for name in given if node.has_parameter(name)]
+    problems = unknown_names(specs, given, known_elsewhere=own)
+    if problems:
+        node.get_logger().warning(
+            "unknown parameters ignored: " + "; ".join(problems)
+            + ". Check the parameters file against `ros2 param describe` or docs/nodes.md")
+    return problems
 
 
 def parameter_values(node: Node, specs: Iterable[ParamSpec]) -> dict[str, object]:
