@@ -99,9 +99,9 @@ class DialogueNode(LifecycleBase):
         inputs = self._inputs = MutuallyExclusiveCallbackGroup()
         super().__init__("dialogue", PARAMS, callback_group=inputs, **kwargs)
         self.stats = DialogueStats()
-        self._lock = threading.RLock()  # the manager, the context, the goals, the worker
+        self._lock = threading.RLock()  # the manager, the turns, the goals, the worker
         self._manager = DialogueManager.from_params(self.params)
-        self._context = TurnContext.from_params(self.params, self.now_ns())
+        self._turns = TurnContext.from_params(self.params, self.now_ns())
         self._worker = ModelWorker(self._lock, on_delta=self._on_delta, on_done=self._on_done,
                                    on_warning=self._warn)
         self._active = False
@@ -161,7 +161,7 @@ class DialogueNode(LifecycleBase):
         """Free the model and the frames; the history is kept."""
         with self._lock:
             self._active = False
-            self._context.clear_frames()
+            self._turns.clear_frames()
         self._worker.unload()
         if self._image_sub is not None:
             self.destroy_subscription(self._image_sub)
@@ -190,7 +190,7 @@ class DialogueNode(LifecycleBase):
         uid, speech_s = msg.utterance_id, msg.speech_s
         if msg.event == VoiceActivity.START:
             with self._lock:
-                self._context.utterance_started(uid, conversions.ns_from_time(msg.start))
+                self._turns.utterance_started(uid, conversions.ns_from_time(msg.start))
             self._feed(lambda m, now: m.voice_start(uid, speech_s, now))
         elif msg.event == VoiceActivity.ONGOING:
             self._feed(lambda m, now: m.voice_ongoing(uid, speech_s, now))
@@ -209,29 +209,29 @@ class DialogueNode(LifecycleBase):
 
     def _on_association(self, msg: Association) -> None:
         with self._lock:
-            self._context.add_association(*chosen_tokens(msg))
+            self._turns.add_association(*chosen_tokens(msg))
 
     def _on_scene(self, msg: Scene) -> None:
         with self._lock:
-            self._context.add_scene(conversions.ns_from_time(msg.header.stamp),
+            self._turns.add_scene(conversions.ns_from_time(msg.header.stamp),
                                     msg.description, msg.person_present)
 
     def _on_image(self, msg: Image) -> None:
         with self._lock:
-            self._context.add_frame(conversions.ns_from_time(msg.header.stamp), msg)
+            self._turns.add_frame(conversions.ns_from_time(msg.header.stamp), msg)
 
     def _on_speech(self, msg: SpeechState) -> None:
         self._feed(lambda m, now: m.speech(msg.speaking, msg.turn_id, now))
 
     def _on_power(self, msg: PowerState) -> None:
         with self._lock:
-            self._context.set_power(msg.battery_percent, msg.temperature_c)
+            self._turns.set_power(msg.battery_percent, msg.temperature_c)
 
     def _on_proactive(self) -> None:
         with self._lock:
             if not self._active or not self.params["proactive.enabled"]:
                 return
-            rule = self._context.proactive(
+            rule = self._turns.proactive(
                 self.now_ns(), listening=not (self._manager.busy or self._converse.busy))
             if rule is not None:
                 self.get_logger().info(f"proactive rule fired: {rule.text}")
@@ -253,13 +253,13 @@ class DialogueNode(LifecycleBase):
                     if action.stop_speech:
                         self._out.stop_speech()
                 case Warm():
-                    self._worker.warm(self._context.warm_prompt(
+                    self._worker.warm(self._turns.warm_prompt(
                         self.params["llm.system_prompt"], action.user_text))
                 case UserSaid():
                     self._out.user_said(action, self._finals.get(action.utterance_id))
                 case TurnEnded():
                     self._worker.forget(action.turn_id)
-                    self._context.end_turn(action, self.now_ns(),
+                    self._turns.end_turn(action, self.now_ns(),
                                            self.params["history.max_turns"])
                     if action.outcome == "failed":
                         self.get_logger().error(f"turn {action.turn_id} failed: "
@@ -270,7 +270,7 @@ class DialogueNode(LifecycleBase):
         now_ns = self.now_ns()
         final = self._finals.get(start.utterance_id)
         self._converse.turn_started(start, final or transcript_of(start.user_text, now_ns))
-        prompt = self._context.begin_turn(
+        prompt = self._turns.begin_turn(
             start, self.params["llm.system_prompt"], now_ns,
             vision=self._converse.use_vision(start.turn_id, self.params["vision.enabled"]),
             max_age_ns=self.params["vision.max_age_ms"] * NS_PER_MS,
@@ -303,8 +303,8 @@ class DialogueNode(LifecycleBase):
             return {"state": self.state_text, "dialogue": self._manager.state.name,
                     "turn_id": self._manager.turn_id,
                     "backend": backend.name if backend else "",
-                    "history_turns": len(self._context.history),
-                    "proactive_rules": len(self._context.policy.rules),
+                    "history_turns": len(self._turns.history),
+                    "proactive_rules": len(self._turns.policy.rules),
                     "chunks": self._out.chunks, **vars(self.stats),
                     **vars(self._worker.stats), **vars(self._converse.stats)}
 
