@@ -214,7 +214,7 @@ class DialogueNode(LifecycleBase):
     def _on_scene(self, msg: Scene) -> None:
         with self._lock:
             self._turns.add_scene(conversions.ns_from_time(msg.header.stamp),
-                                    msg.description, msg.person_present)
+                                  msg.description, msg.person_present)
 
     def _on_image(self, msg: Image) -> None:
         with self._lock:
@@ -259,8 +259,7 @@ class DialogueNode(LifecycleBase):
                     self._out.user_said(action, self._finals.get(action.utterance_id))
                 case TurnEnded():
                     self._worker.forget(action.turn_id)
-                    self._turns.end_turn(action, self.now_ns(),
-                                           self.params["history.max_turns"])
+                    self._turns.end_turn(action, self.now_ns(), self.params["history.max_turns"])
                     if action.outcome == "failed":
                         self.get_logger().error(f"turn {action.turn_id} failed: "
                                                 f"{action.reason}")
