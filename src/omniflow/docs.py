@@ -1,10 +1,15 @@
 """Markdown tables of the nodes' parameters, generated from their specs.
 
 docs/nodes.md embeds this output between markers; a test keeps the two identical, so the
-documentation cannot drift from the code. ``python -m omniflow.docs`` prints the tables.
+documentation cannot drift from the code. ``python -m omniflow.docs`` prints the tables;
+``python -m omniflow.docs --write docs/nodes.md`` replaces them in place.
 """
 
 from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
 
 from omniflow.core.params import ParamSpec
 
@@ -46,9 +51,31 @@ def node_tables() -> dict[str, str]:
             "common": parameter_table(COMMON_PARAMS)}
 
 
-def main() -> int:
-    for name, table in node_tables().items():
-        print(f"<!-- params:{name} -->\n{table}\n<!-- /params:{name} -->\n")
+def blocks() -> dict[str, str]:
+    """Each node's table between the markers docs/nodes.md holds it in, by node name."""
+    return {name: f"<!-- params:{name} -->\n{table}\n<!-- /params:{name} -->"
+            for name, table in node_tables().items()}
+
+
+def update(text: str) -> str:
+    """``text`` with every marked table replaced by the one the specs generate now."""
+    for name, block in blocks().items():
+        text = re.sub(rf"<!-- params:{name} -->\n.*?<!-- /params:{name} -->",
+                      lambda _match, block=block: block, text, flags=re.S)
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m omniflow.docs", description=__doc__)
+    parser.add_argument("--write", metavar="FILE",
+                        help="replace the marked tables in FILE (docs/nodes.md) in place")
+    args = parser.parse_args(argv)
+    if args.write:
+        path = Path(args.write)
+        path.write_text(update(path.read_text()))
+        return 0
+    for block in blocks().values():
+        print(block + "\n")
     return 0
 
 

@@ -70,7 +70,7 @@ def test_node_reference_parameter_tables_are_generated_from_the_specs():
     for name, table in node_tables().items():
         block = f"<!-- params:{name} -->\n{table}\n<!-- /params:{name} -->"
         assert block in reference, (f"docs/nodes.md's {name} parameter table is out of date: "
-                                    "paste the output of `python -m omniflow.docs`")
+                                    "run `python -m omniflow.docs --write docs/nodes.md`")
 
 
 def test_the_camera_gets_the_large_frames_dds_profile_unless_one_is_set(monkeypatch):

@@ -28,20 +28,29 @@ States (the values of ``omniflow/msg/DialogueState``)::
   the words already said are kept and prefixed to the next utterance's text.
 - A turn also comes from a goal (a behaviour tree's prompt) or from the proactive policy;
   :meth:`DialogueManager.prompt` refuses while busy unless asked to preempt.
+
+Every :class:`Cancel` carries its :class:`CancelReason` (what the node counts and acts on)
+beside the text that goes into messages; :class:`DialogueStats` counts the actions.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from enum import IntEnum
+from enum import Enum, IntEnum
 from typing import Literal
 
+from omniflow.core.params import ParamSpec
+
 __all__ = [
+    "DIALOGUE_PARAMS",
     "Busy",
     "Cancel",
+    "CancelReason",
     "complete_sentences",
     "DialogueManager",
+    "DialogueStats",
     "StartTurn",
     "State",
     "StateChanged",
@@ -49,6 +58,20 @@ __all__ = [
     "UserSaid",
     "Warm",
 ]
+
+
+# The turn-taking parameters of the dialogue node (all live: see DialogueManager.set_params).
+DIALOGUE_PARAMS = (
+    ParamSpec("barge_in.enabled", True, "User speech may interrupt the robot while it speaks",
+              live=True),
+    ParamSpec("barge_in.min_speech_ms", 60, "User speech at least this long interrupts the "
+              "robot (the fusion node's VAD confirms speech after its vad.min_speech_ms, 60 by "
+              "default, with the robot's own voice removed: then the start itself interrupts)",
+              unit="ms", minimum=0, maximum=2000, live=True),
+    ParamSpec("speech_start_timeout_s", 3.0, "A complete answer that the speech node has not "
+              "started playing after this long ends the turn (no speech node, or a muted one)",
+              unit="s", minimum=0.5, maximum=60.0, live=True),
+)
 
 
 class State(IntEnum):
@@ -59,6 +82,17 @@ class State(IntEnum):
     THINKING = 2
     SPEAKING = 3
     INTERRUPTED = 4
+
+
+class CancelReason(Enum):
+    """Why a turn in progress was cancelled."""
+
+    BARGE_IN = "barge_in"          # the user spoke over the robot long enough
+    USER_WENT_ON = "user_went_on"  # the user went on speaking while the model was thinking
+    PREEMPTED = "preempted"        # a newer turn (a goal, a proactive turn) took its place
+    REQUESTED = "requested"        # the turn's goal was cancelled
+    TIMED_OUT = "timed_out"        # the turn's goal ran out of time
+    DEACTIVATED = "deactivated"    # the dialogue node stopped taking turns
 
 
 Source = Literal["speech", "goal", "proactive"]
@@ -86,11 +120,13 @@ class StartTurn:
 
 @dataclass(frozen=True)
 class Cancel:
-    """Stop generating ``turn_id`` now (and, when ``stop_speech``, silence its playback)."""
+    """Stop generating ``turn_id`` now (and, when ``stop_speech``, silence its playback);
+    ``reason`` is the text for messages, ``cause`` what it was."""
 
     turn_id: int
     reason: str
     stop_speech: bool
+    cause: CancelReason
 
 
 @dataclass(frozen=True)
@@ -178,6 +214,19 @@ class DialogueManager:
         self._last_user_text = ""
         self._held: tuple[int, str] | None = None  # an utterance heard while barge-in was off
 
+    @classmethod
+    def from_params(cls, params: Mapping[str, object]) -> DialogueManager:
+        """A manager set from ``DIALOGUE_PARAMS`` values."""
+        manager = cls()
+        manager.set_params(params)
+        return manager
+
+    def set_params(self, params: Mapping[str, object]) -> None:
+        """Take ``DIALOGUE_PARAMS`` values (checked against their specs) from now on."""
+        self.barge_in = bool(params["barge_in.enabled"])
+        self.barge_in_min_speech_s = float(params["barge_in.min_speech_ms"]) / 1000
+        self.speech_start_timeout_s = float(params["speech_start_timeout_s"])
+
     # ----------------------------------------------------------------- queries
     @property
     def busy(self) -> bool:
@@ -201,7 +250,7 @@ class DialogueManager:
             if turn.source == "speech":
                 self._carry = self._last_user_text
             actions += self._end_turn("cancelled", "the user went on speaking", now,
-                                      stop_speech=False)
+                                      stop_speech=False, cause=CancelReason.USER_WENT_ON)
             self._utterance = utterance_id
             actions.append(self._set(State.USER_SPEAKING, "the user went on speaking"))
         elif self.state in (State.USER_SPEAKING, State.INTERRUPTED):
@@ -216,7 +265,8 @@ class DialogueManager:
             return []
         self._utterance = utterance_id
         reason = f"barge-in: the user spoke over the robot for {speech_s * 1000:.0f} ms"
-        actions = self._end_turn("interrupted", reason, now, stop_speech=True)
+        actions = self._end_turn("interrupted", reason, now, stop_speech=True,
+                                 cause=CancelReason.BARGE_IN)
         actions.append(self._set(State.INTERRUPTED, reason))
         return actions
 
@@ -276,15 +326,18 @@ class DialogueManager:
                 raise Busy(f"busy ({self.state.name.lower()}, turn {self.turn_id})")
             if self._turn is not None:
                 actions += self._end_turn("cancelled", f"preempted by a {source} turn", now,
-                                          stop_speech=True)
+                                          stop_speech=True, cause=CancelReason.PREEMPTED)
             self._carry = self._warm_text = ""
             self._utterance = 0
         actions += self._start(source, text, 0, now, f"a {source} turn")
         return actions
 
-    def cancel(self, reason: str, now: float) -> list[Action]:
-        """Cancel the turn in progress (a goal was cancelled); silence included."""
-        return self._end_turn("cancelled", reason, now, stop_speech=True, then=State.LISTENING)
+    def cancel(self, reason: str, now: float, *,
+               cause: CancelReason = CancelReason.REQUESTED) -> list[Action]:
+        """Cancel the turn in progress (by default: its goal was cancelled); silence
+        included."""
+        return self._end_turn("cancelled", reason, now, stop_speech=True, cause=cause,
+                              then=State.LISTENING)
 
     # ----------------------------------------------------------------- the model
     def token(self, turn_id: int, text: str, now: float) -> list[Action]:
@@ -352,13 +405,16 @@ class DialogueManager:
                 self._set(State.THINKING, reason)]
 
     def _end_turn(self, outcome: Outcome, reason: str, now: float, *, stop_speech: bool,
+                  cause: CancelReason | None = None,
                   then: State | None = None) -> list[Action]:
+        """End the turn in progress; one that is still generating, or must be silenced, is
+        cancelled for ``cause`` (only the model's own end of a turn passes none)."""
         turn, self._turn = self._turn, None
         if turn is None:
             return []
         actions: list[Action] = []
-        if not turn.generated or stop_speech:
-            actions.append(Cancel(turn.turn_id, reason, stop_speech))
+        if cause is not None and (not turn.generated or stop_speech):
+            actions.append(Cancel(turn.turn_id, reason, stop_speech, cause))
         actions.append(TurnEnded(turn.turn_id, outcome, turn.response, reason))
         if then is not None:
             actions.append(self._set(then, reason))
@@ -367,3 +423,37 @@ class DialogueManager:
                 self._held = None
                 actions += self._user_turn(utterance_id, text, now)
         return actions
+
+
+# The turn outcomes each counter of DialogueStats counts.
+_OUTCOME_COUNTERS = {"done": "turns_done", "cancelled": "cancelled",
+                     "interrupted": "cancelled", "failed": "failed"}
+
+
+@dataclass
+class DialogueStats:
+    """Counters of what the conversation did, from the manager's actions (:meth:`record`)."""
+
+    turns: int = 0
+    turns_done: int = 0
+    barge_ins: int = 0
+    cancelled: int = 0
+    failed: int = 0
+    proactive: int = 0
+    last_error: str = ""
+
+    def record(self, action: Action) -> None:
+        """Count one action the manager returned."""
+        if isinstance(action, StartTurn):
+            self.turns += 1
+            if action.source == "proactive":
+                self.proactive += 1
+        elif isinstance(action, Cancel):
+            if action.cause is CancelReason.BARGE_IN:
+                self.barge_ins += 1
+        elif isinstance(action, TurnEnded):
+            counter = _OUTCOME_COUNTERS.get(action.outcome)
+            if counter is not None:
+                setattr(self, counter, getattr(self, counter) + 1)
+            if action.outcome == "failed":
+                self.last_error = action.reason

@@ -111,6 +111,7 @@ PARAMS = (
     ParamSpec("cpu.thermal_max_freq_ratio", 0.6, "Frequency cap in THERMAL_LIMIT, as a "
               "share of the hardware maximum (1 elsewhere)", minimum=0.1, maximum=1.0,
               live=True),
+    AUTOSTART,
 )
 
 # Parameters set on the targets.
@@ -173,7 +174,7 @@ class PowerManagerNode(LifecycleBase):
 
     def __init__(self, *, reader: sysfs.TelemetryReader | None = None, **kwargs) -> None:
         # Diagnostics go out with each decision (see _publish), not on a timer of their own.
-        super().__init__("power_manager", PARAMS + (AUTOSTART,), diagnostics_period_s=None,
+        super().__init__("power_manager", PARAMS, diagnostics_period_s=None,
                          **kwargs)
         problem = _check(self.params)
         if problem:

@@ -1,0 +1,225 @@
+"""One language model on one thread: queued turns, evaluating ahead, cancellable generation.
+
+The dialogue node submits a :class:`Job` per turn and the user's growing words to evaluate
+ahead; :meth:`ModelWorker.run` (the node's worker thread) generates the jobs in order and,
+while none is waiting, evaluates the newest words so the end of the turn finds them in the
+KV cache. Each job has its own cancel event: a barge-in cancels the generation between two
+tokens (or two prompt chunks).
+
+The owner's lock is shared: every delta is handed to ``on_delta`` with the lock held and only
+while the job is not cancelled, and a cancel is set with the lock held too, so no piece of an
+answer is delivered after its cancel. ``on_done`` follows the last delta (with the error text,
+"" when the model finished) unless the job was cancelled. No ROS imports.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from omniflow.core.prompt import Prompt
+from omniflow.engines.llm import LLM_PARAMS, GenerationStats, LlmBackend, make_backend
+from omniflow.errors import EngineError
+
+__all__ = ["Job", "ModelWorker", "WorkerStats", "llm_values", "sees_images"]
+
+# How long the idle worker sleeps before it looks at its stop event again.
+_IDLE_WAIT_S = 0.5
+_LLM_NAMES = frozenset(spec.name for spec in LLM_PARAMS)
+
+
+def llm_values(params: Mapping[str, Any]) -> dict[str, Any]:
+    """The language model's parameters (``LLM_PARAMS`` names) among ``params``."""
+    return {name: value for name, value in params.items() if name in _LLM_NAMES}
+
+
+def sees_images(params: Mapping[str, Any]) -> bool:
+    """Whether the model these parameters select takes images (then frames are worth
+    keeping): ``minicpmv``, or ``remote`` with ``llm.remote.images``."""
+    return params["llm.backend"] == "minicpmv" or \
+        (params["llm.backend"] == "remote" and bool(params["llm.remote.images"]))
+
+
+@dataclass
+class Job:
+    """One turn to answer; ``turn_start_ns`` is when the user finished (for the chunks)."""
+
+    turn_id: int
+    prompt: Prompt
+    turn_start_ns: int
+    cancel: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass
+class WorkerStats:
+    """What the model did, for diagnostics."""
+
+    warm_tokens: int = 0
+    last_first_token_ms: float = float("nan")
+    last_tokens_per_s: float = float("nan")
+
+    def record(self, stats: GenerationStats) -> None:
+        """Take the timing of one generation."""
+        self.last_first_token_ms = stats.first_token_s * 1000
+        if stats.total_s > stats.first_token_s and stats.generated_tokens > 1:
+            self.last_tokens_per_s = (stats.generated_tokens - 1) / \
+                (stats.total_s - stats.first_token_s)
+
+
+# on_delta(job, index, text) and on_done(job, pieces, error), called with the lock held.
+DeltaHandler = Callable[[Job, int, str], None]
+DoneHandler = Callable[[Job, int, str], None]
+
+
+class ModelWorker:
+    """Runs a backend's generations on the thread that calls :meth:`run`.
+
+    Args:
+        lock: the owner's lock (re-entrant), held around every callback.
+        on_delta: a piece of a job's answer, with its index.
+        on_done: a job finished (not called for a cancelled job).
+        on_warning: a problem worth a (throttled) log line; the worker goes on.
+    """
+
+    def __init__(self, lock: threading.RLock, *, on_delta: DeltaHandler, on_done: DoneHandler,
+                 on_warning: Callable[[str], None]) -> None:
+        self._lock = lock
+        self._work = threading.Condition(lock)
+        self._on_delta = on_delta
+        self._on_done = on_done
+        self._on_warning = on_warning
+        self.backend: LlmBackend | None = None
+        self.stats = WorkerStats()
+        self._jobs: deque[Job] = deque()
+        self._cancels: dict[int, threading.Event] = {}  # turn id -> its job's cancel
+        self._warm_prompt: Prompt | None = None
+        self._warm_cancel = threading.Event()
+
+    # ----------------------------------------------------------------- the owner's side
+    def load(self, params: Mapping[str, Any]) -> str:
+        """Build and load the backend that ``params`` (their ``llm.*`` ones) select; return
+        a description. Raises ConfigError (bad values) or EngineError (no model, no server)."""
+        backend = make_backend(llm_values(params))
+        started = time.monotonic()
+        backend.load()
+        self.attach(backend)
+        return f"model loaded ({backend.name}) in {time.monotonic() - started:.1f} s"
+
+    def attach(self, backend: LlmBackend) -> None:
+        """Use this (loaded) backend from the next job on."""
+        with self._lock:
+            self.backend = backend
+
+    def update(self, changes: Mapping[str, Any]) -> None:
+        """Apply the live ``llm.*`` parameters among ``changes`` to the loaded backend (from
+        its next token); ConfigError or EngineError when it refuses them."""
+        values = llm_values(changes)
+        backend = self.backend
+        if backend is not None and values:
+            backend.update(values)
+
+    def unload(self) -> None:
+        """Drop all queued work and close the backend (after :meth:`run` has returned)."""
+        with self._work:
+            backend, self.backend = self.backend, None
+            for job in self._jobs:
+                job.cancel.set()
+            self._jobs.clear()
+            self._warm_prompt = None
+        if backend is not None:
+            backend.close()
+
+    def submit(self, turn_id: int, prompt: Prompt, turn_start_ns: int) -> Job:
+        """Queue a turn; what was being evaluated ahead stops (the turn starts over it)."""
+        with self._work:
+            self._warm_cancel.set()
+            self._warm_prompt = None
+            job = Job(turn_id, prompt, turn_start_ns)
+            self._cancels[turn_id] = job.cancel
+            self._jobs.append(job)
+            self._work.notify_all()
+            return job
+
+    def warm(self, prompt: Prompt) -> None:
+        """Evaluate this prompt ahead when no job waits (replaces an older one)."""
+        with self._work:
+            self._warm_prompt = prompt
+            self._work.notify_all()
+
+    def cancel(self, turn_id: int) -> None:
+        """Stop the turn's generation before its next delta."""
+        with self._lock:
+            event = self._cancels.get(turn_id)
+            if event is not None:
+                event.set()
+
+    def forget(self, turn_id: int) -> None:
+        """The turn is over: its cancel event is no longer needed."""
+        with self._lock:
+            self._cancels.pop(turn_id, None)
+
+    def wake(self) -> None:
+        """Cancel everything in progress and wake :meth:`run` (to see its stop event)."""
+        with self._work:
+            self._warm_cancel.set()
+            for event in self._cancels.values():
+                event.set()
+            self._work.notify_all()
+
+    # ----------------------------------------------------------------- the worker thread
+    def run(self, stop: threading.Event) -> None:
+        """Generate queued jobs; between them, evaluate the newest words ahead; return once
+        ``stop`` is set (call :meth:`wake` after setting it)."""
+        while not stop.is_set():
+            with self._work:
+                while not stop.is_set() and not self._jobs and self._warm_prompt is None:
+                    self._work.wait(_IDLE_WAIT_S)
+                if stop.is_set():
+                    return
+                job = self._jobs.popleft() if self._jobs else None
+                warm = None if job is not None else self._warm_prompt
+                self._warm_prompt = None
+                backend = self.backend
+                self._warm_cancel.clear()
+            if backend is None:
+                continue
+            if job is not None:
+                self._generate(backend, job)
+            elif warm is not None:
+                self._warm(backend, warm)
+
+    def _warm(self, backend: LlmBackend, prompt: Prompt) -> None:
+        try:
+            evaluated = backend.warm(prompt, self._warm_cancel)
+        except EngineError as err:
+            self._on_warning(f"evaluating ahead failed: {err}")
+            return
+        with self._lock:
+            self.stats.warm_tokens += evaluated
+
+    def _generate(self, backend: LlmBackend, job: Job) -> None:
+        index = 0
+        error = ""
+        try:
+            for delta in backend.generate(job.prompt, cancel=job.cancel):
+                if job.cancel.is_set():
+                    break
+                with self._lock:
+                    if job.cancel.is_set():
+                        break
+                    self._on_delta(job, index, delta)
+                    index += 1
+        except EngineError as err:
+            error = f"the model failed: {err}"
+        except Exception as err:  # noqa: BLE001 - a backend bug must not end the conversation
+            error = f"the model failed unexpectedly: {type(err).__name__}: {err}"
+        stats = backend.last_stats
+        with self._lock:
+            if stats is not None:
+                self.stats.record(stats)
+            if not job.cancel.is_set():
+                self._on_done(job, index, error)

@@ -1,0 +1,181 @@
+"""The model worker with a scripted backend: jobs in order, cancel between tokens, evaluating
+ahead while idle, failures as error texts (tier 1, no ROS, no model)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from omniflow.core.prompt import Prompt
+from omniflow.engines.llm import GenerationStats, LlmBackend
+from omniflow.engines.model_worker import ModelWorker, llm_values, sees_images
+from omniflow.errors import EngineError
+
+TIMEOUT_S = 5.0
+
+
+class ScriptedBackend(LlmBackend):
+    """Answers every prompt with ``pieces``; ``gate`` (when given) must be set before each
+    piece after the first, so a test can act between two tokens."""
+
+    name = "scripted"
+
+    def __init__(self, pieces=("It ", "is ", "a ", "cup."), *, fail: str = "") -> None:
+        super().__init__()
+        self.pieces = pieces
+        self.fail = fail
+        self.gate: threading.Event | None = None
+        self.warmed: list[str] = []
+        self.closed = False
+        self.updates: list[dict] = []
+
+    def load(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+    @property
+    def loaded(self) -> bool:
+        return not self.closed
+
+    def warm(self, prompt: Prompt, cancel: threading.Event | None = None) -> int:
+        self.warmed.append(prompt.user)
+        return len(prompt.user.split())
+
+    def update(self, values) -> None:
+        self.updates.append(dict(values))
+
+    def generate(self, prompt: Prompt, *, cancel: threading.Event, max_tokens=None):
+        self._last_stats = GenerationStats(first_token_s=0.1, total_s=0.4,
+                                           generated_tokens=len(self.pieces))
+        for i, piece in enumerate(self.pieces):
+            if i and self.gate is not None:
+                self.gate.wait(TIMEOUT_S)
+                self.gate.clear()
+            if cancel.is_set():
+                return
+            yield piece
+        if self.fail:
+            raise EngineError(self.fail)
+
+
+class Harness:
+    def __init__(self, backend: ScriptedBackend) -> None:
+        self.lock = threading.RLock()
+        self.deltas: list[tuple[int, int, str]] = []
+        self.done: list[tuple[int, int, str]] = []
+        self.warnings: list[str] = []
+        self.finished = threading.Event()
+        self.worker = ModelWorker(self.lock, on_delta=self.on_delta, on_done=self.on_done,
+                                  on_warning=self.warnings.append)
+        self.worker.attach(backend)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.worker.run, args=(self.stop,), daemon=True)
+        self.thread.start()
+
+    def on_delta(self, job, index, text) -> None:
+        assert self.lock._is_owned()  # delivered with the owner's lock held
+        self.deltas.append((job.turn_id, index, text))
+
+    def on_done(self, job, pieces, error) -> None:
+        self.done.append((job.turn_id, pieces, error))
+        self.finished.set()
+
+    def close(self) -> None:
+        self.stop.set()
+        self.worker.wake()
+        self.thread.join(TIMEOUT_S)
+        assert not self.thread.is_alive()
+
+
+@pytest.fixture
+def backend() -> ScriptedBackend:
+    return ScriptedBackend()
+
+
+@pytest.fixture
+def harness(backend):
+    h = Harness(backend)
+    yield h
+    h.close()
+
+
+def wait_for(condition, what: str) -> None:
+    deadline = time.monotonic() + TIMEOUT_S
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.005)
+
+
+def test_jobs_stream_their_pieces_in_order_then_finish(harness):
+    harness.worker.submit(1, Prompt("sys", user="what is this"), 123)
+    harness.worker.submit(2, Prompt("sys", user="and that"), 456)
+    wait_for(lambda: len(harness.done) == 2, "both jobs done")
+    assert [d for d in harness.deltas if d[0] == 1] == \
+        [(1, 0, "It "), (1, 1, "is "), (1, 2, "a "), (1, 3, "cup.")]
+    assert harness.done == [(1, 4, ""), (2, 4, "")]
+    assert harness.worker.stats.last_first_token_ms == pytest.approx(100.0)
+    assert harness.worker.stats.last_tokens_per_s == pytest.approx(3 / 0.3)
+
+
+def test_a_cancel_between_tokens_stops_the_answer_and_its_end(backend, harness):
+    backend.gate = threading.Event()
+    harness.worker.submit(7, Prompt("sys", user="tell me a story"), 0)
+    wait_for(lambda: harness.deltas, "the first piece")
+    with harness.lock:
+        harness.worker.cancel(7)
+    backend.gate.set()
+    time.sleep(0.2)
+    assert harness.deltas == [(7, 0, "It ")]
+    assert harness.done == []  # a cancelled job has no end: the manager already ended it
+    harness.worker.forget(7)
+    harness.worker.cancel(7)   # unknown turns are ignored
+
+
+def test_a_failing_model_ends_the_job_with_the_reason(backend, harness):
+    backend.fail = "out of memory"
+    harness.worker.submit(3, Prompt("sys", user="hi"), 0)
+    wait_for(lambda: harness.done, "the job's end")
+    assert harness.done == [(3, 4, "the model failed: out of memory")]
+
+
+def test_the_users_words_are_evaluated_ahead_while_idle(backend, harness):
+    harness.worker.warm(Prompt("sys", user="what is"))
+    wait_for(lambda: backend.warmed, "evaluated ahead")
+    assert backend.warmed == ["what is"]
+    wait_for(lambda: harness.worker.stats.warm_tokens == 2, "warm tokens counted")
+
+
+def test_a_submitted_turn_replaces_words_waiting_to_be_evaluated(backend):
+    h = Harness(backend)
+    try:
+        with h.lock:  # the worker cannot take either before both are queued
+            h.worker.warm(Prompt("sys", user="what is"))
+            h.worker.submit(1, Prompt("sys", user="what is this"), 0)
+        wait_for(lambda: h.done, "the job")
+        time.sleep(0.1)
+        assert backend.warmed == []
+    finally:
+        h.close()
+
+
+def test_unload_drops_queued_work_and_closes_the_model(backend):
+    h = Harness(backend)
+    h.close()
+    h.worker.submit(1, Prompt("sys", user="hi"), 0)
+    h.worker.update({"llm.threads": 1, "barge_in.enabled": False})
+    assert backend.updates == [{"llm.threads": 1}]
+    h.worker.unload()
+    assert backend.closed and h.worker.backend is None
+    h.worker.update({"llm.threads": 2})  # nothing loaded: nothing to update
+
+
+def test_parameter_helpers():
+    params = {"llm.backend": "remote", "llm.remote.images": True, "vision.enabled": True}
+    assert llm_values(params) == {"llm.backend": "remote", "llm.remote.images": True}
+    assert sees_images(params)
+    assert sees_images({"llm.backend": "minicpmv", "llm.remote.images": False})
+    assert not sees_images({"llm.backend": "embedded", "llm.remote.images": True})
