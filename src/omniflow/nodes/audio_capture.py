@@ -12,8 +12,8 @@ from omniflow.errors import ConfigError
 from omniflow.msg import AudioChunk
 from omniflow.ros import conversions
 from omniflow.ros.device_node import DeviceNode
-from omniflow.ros.run import run_node
 from omniflow.ros.qos import SENSOR_DATA
+from omniflow.ros.run import run_node
 
 PARAMS = (
     ParamSpec("source", "device", "Where audio comes from: a PortAudio input device or a "

@@ -14,8 +14,8 @@ from omniflow.core.timing import NS_PER_S, Pacer, StreamClock
 from omniflow.devices.camera import FrameSource, open_frame_source
 from omniflow.ros import conversions
 from omniflow.ros.device_node import DeviceNode
-from omniflow.ros.run import run_node
 from omniflow.ros.qos import SENSOR_DATA
+from omniflow.ros.run import run_node
 
 ENCODINGS = ("rgb8", "bgr8", "mono8")
 
@@ -113,7 +113,8 @@ class CameraNode(DeviceNode):
 
     def apply_live(self, changes: dict[str, object]) -> None:
         if "fps" in changes:
-            self._pacer.set_period(self.period_s)
+            if self._pacer is not None:  # None until the first activation
+                self._pacer.set_period(self.period_s)
             self.device.set_fps(self.params["fps"])
             self.get_logger().info(f"publishing at {self.params['fps']:g} frames/s")
 

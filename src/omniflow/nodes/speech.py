@@ -20,8 +20,8 @@ from omniflow.engines.tts import TtsEngine, make_tts_engine
 from omniflow.msg import AudioChunk, DialogueState, ResponseChunk, SpeechState
 from omniflow.ros import conversions
 from omniflow.ros.device_node import DeviceNode
-from omniflow.ros.run import run_node
 from omniflow.ros.qos import EVENTS, LATCHED, SENSOR_DATA
+from omniflow.ros.run import run_node
 
 PARAMS = (
     ParamSpec("engine", "espeak-ng", "Text-to-speech engine (piper is GPL-3.0 and optional: "
@@ -179,10 +179,9 @@ class SpeechNode(DeviceNode):
         self.destroy_lifecycle_publisher(self._audio_pub)
         self._state_pub = self._audio_pub = None
 
-    def on_activate(self, state):
-        result = super().on_activate(state)
-        self._publish_state(None)
-        return result
+    def activate(self) -> None:
+        super().activate()
+        self._publish_state(None)  # idle, latched for whoever joins later
 
     def stop_stream(self) -> None:
         self.stop_speaking("node deactivated")

@@ -89,7 +89,8 @@ class LifecycleBase(LifecycleNode):
         return ""
 
     def activate(self) -> None:
-        """Start the node's work (typically :meth:`start_worker`)."""
+        """Start the node's work (typically :meth:`start_worker`); the lifecycle publishers
+        are already active, so what it publishes goes out."""
 
     def deactivate(self) -> None:
         """Stop the node's work; the default joins the workers."""
@@ -159,7 +160,7 @@ class LifecycleBase(LifecycleNode):
         """Set :attr:`stopping`, wake every worker and join each within ``timeout_s``."""
         self.stopping.set()
         workers, self._workers = self._workers, []
-        for thread, wake in workers:
+        for _, wake in workers:
             if wake is not None:
                 wake()
         for thread, _ in workers:
@@ -203,9 +204,10 @@ class LifecycleBase(LifecycleNode):
         return TransitionCallbackReturn.SUCCESS
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        result = super().on_activate(state)  # the lifecycle publishers, before any work
         self.activate()
         self.set_state("active")
-        return super().on_activate(state)
+        return result
 
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
         self.deactivate()
