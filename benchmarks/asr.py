@@ -37,9 +37,7 @@ all utterances. Run from the repository root (about 2 minutes; real-time pacing)
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import re
 import shutil
 import subprocess
 import sys
@@ -50,8 +48,10 @@ from typing import Any
 
 import numpy as np
 import soundfile
+from _common import median, ratio, summary, write_result
 from scipy.signal import resample_poly
 
+from omniflow.core.text import edit_distance, words
 from omniflow.engines.asr import PocketsphinxRecognizer, Recognizer, WhisperRecognizer
 
 CHUNK = 640  # 40 ms at 16 kHz
@@ -64,7 +64,6 @@ GRAMMAR = """#JSGF V1.0;
 grammar commands;
 public <command> = hello robot | what is this red box | stop | turn left | bring me the cup;
 """
-_PUNCT = re.compile(r"[^a-z' ]+")
 
 
 def speak(text: str, tail_ms: int, snr_db: float, seed: int) -> np.ndarray:
@@ -84,20 +83,6 @@ def speak(text: str, tail_ms: int, snr_db: float, seed: int) -> np.ndarray:
     signal = np.concatenate([np.zeros(RATE * 3 // 10), speech, np.zeros(RATE * tail_ms // 1000)])
     noisy = signal + np.random.default_rng(seed).normal(0.0, noise_rms, len(signal))
     return np.clip(np.rint(noisy), -32768, 32767).astype(np.int16)
-
-
-def words(text: str) -> list[str]:
-    return _PUNCT.sub(" ", text.lower()).split()
-
-
-def edit_distance(ref: list[str], hyp: list[str]) -> int:
-    """Word-level Levenshtein distance."""
-    row = list(range(len(hyp) + 1))
-    for i, r in enumerate(ref, 1):
-        prev, row[0] = row[0], i
-        for j, h in enumerate(hyp, 1):
-            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (r != h))
-    return row[-1]
 
 
 def stream(rec: Recognizer, samples: np.ndarray) -> dict[str, Any]:
@@ -158,27 +143,20 @@ def run_engine(name: str, make: Any, utterances: list[tuple[str, str, np.ndarray
         feeds += out["feed_ns"]
         ends.append(out["end_ns"] / 1e6)
         finishes.append(out["latency_ns"] / 1e6)
-        if not math.isnan(out["first_partial_s"]):
-            partial_delays.append(out["first_partial_s"])
+        partial_delays.append(out["first_partial_s"])  # NaN without partials: left out
         texts.append([ref, out["text"]])
+    partials = summary(partial_delays, 2, figures=("median",))
     result: dict[str, Any] = {
         "engine": name, "load_s": round(load_s, 2), "audio_s": round(audio_s, 1),
-        "wer_commands": round(errors["commands"][0] / errors["commands"][1], 3),
-        "wer_open": round(errors["open"][0] / errors["open"][1], 3),
-        "wer_all": round(sum(e for e, _ in errors.values()) /
-                         sum(n for _, n in errors.values()), 3),
-        "rtf_compute_median": round(float(np.median(compute_rtf)), 4),
-        "feed_ms": {"median": round(float(np.median(feeds)) / 1e6, 4),
-                    "p99": round(float(np.percentile(feeds, 99)) / 1e6, 4),
-                    "max": round(max(feeds) / 1e6, 3)},
-        "end_ms": {"median": round(float(np.median(ends)), 3),
-                   "max": round(max(ends), 3)},
-        "final_latency_ms": {"median": round(float(np.median(finishes)), 2),
-                      "p90": round(float(np.percentile(finishes, 90)), 2),
-                      "max": round(max(finishes), 2)},
-        "first_partial_s_median": (round(float(np.median(partial_delays)), 2)
-                                   if partial_delays else None),
-        "utterances": len(utterances), "with_partials": len(partial_delays),
+        "wer_commands": ratio(*errors["commands"]),
+        "wer_open": ratio(*errors["open"]),
+        "wer_all": ratio(sum(e for e, _ in errors.values()), sum(n for _, n in errors.values())),
+        "rtf_compute_median": median(compute_rtf, 4),
+        "feed_ms": summary(feeds, 4, figures=("median", "p99", "max"), scale=1e-6, count=None),
+        "end_ms": summary(ends, 3, figures=("median", "max"), count=None),
+        "final_latency_ms": summary(finishes, 2, figures=("median", "p90", "max"), count=None),
+        "first_partial_s_median": partials["median"],
+        "utterances": len(utterances), "with_partials": partials["n"],
         "texts": texts,
     }
     if whisper:
@@ -189,7 +167,7 @@ def run_engine(name: str, make: Any, utterances: list[tuple[str, str, np.ndarray
             rec._worker.decode(samples)  # one synchronous decode of the whole utterance
             one.append((time.perf_counter() - t0) / (len(samples) / RATE))
         result.update({
-            "rtf_one_decode_median": round(float(np.median(one)), 4),
+            "rtf_one_decode_median": median(one, 4),
             "decodes": st.decodes,
             "decode_ms_mean": round(st.decode_ns_total / max(st.decodes, 1) / 1e6, 1),
             "finals_ready": st.finals_ready, "finals_in_flight": st.finals_in_flight,
@@ -225,11 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         "engines": [run_engine(name, engines[name], utterances)
                     for name in args.engines.split(",")],
     }
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(text + "\n", encoding="utf-8")
+    write_result(result, args.json)
     return 0
 
 

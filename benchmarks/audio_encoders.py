@@ -23,7 +23,6 @@ One thread each (onnxruntime is set to one intra-op thread). Run from the reposi
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -31,6 +30,7 @@ from typing import Any
 
 import numpy as np
 import soundfile
+from _common import summary, write_result
 
 from omniflow.engines.asr import PocketsphinxRecognizer
 from omniflow.engines.vad import NS_PER_SAMPLE, make_vad
@@ -46,10 +46,9 @@ public <command> = <one>+;
 """
 
 
-def _stats_ms(values_ns: list[int]) -> dict[str, float]:
-    a = np.asarray(values_ns, dtype=np.float64) / 1e6
-    return {"median": round(float(np.median(a)), 4), "p90": round(float(np.percentile(a, 90)), 4),
-            "p99": round(float(np.percentile(a, 99)), 4), "max": round(float(a.max()), 4)}
+def _stats_ms(values_ns: list[int]) -> dict[str, float | int | None]:
+    return summary(values_ns, 4, figures=("median", "p90", "p99", "max"), scale=1e-6,
+                   count=None)
 
 
 def bench_vad(engine: str, samples: np.ndarray, repeats: int) -> dict[str, Any]:
@@ -113,11 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         "vad": [bench_vad(e, samples, args.repeats) for e in ("webrtc", "silero")],
         "asr": [bench_asr(samples, g, args.asr_repeats) for g in (None, GRAMMAR)],
     }
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(text + "\n", encoding="utf-8")
+    write_result(result, args.json)
     return 0
 
 

@@ -23,7 +23,6 @@ write pass far under 12 s is the margin. Prints JSON; ``--json PATH`` also write
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import shutil
@@ -33,7 +32,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
+from _common import median, summary, write_result
 
 from omniflow.bag import BagReader, BagWriter, decode
 from omniflow.resources import sample
@@ -103,22 +102,18 @@ def main() -> None:
     baseline = times["baseline_raw_write"]
     figures = {}
     for name, values in times.items():
-        median = statistics.median(values)
+        middle = statistics.median(values)
         figures[name] = {
-            "median_ms": round(median, 1), "p90_ms": round(float(np.percentile(values, 90)), 1),
-            "mb_per_s": round(total_bytes / 1e6 / (median / 1000), 1),
-            "us_per_message": round(median * 1000 / len(messages), 1),
-            "ratio_to_baseline": round(statistics.median(
-                v / b for v, b in zip(values, baseline, strict=True)), 2)}
+            **summary(values, 1, suffix="_ms", count=None),
+            "mb_per_s": round(total_bytes / 1e6 / (middle / 1000), 1),
+            "us_per_message": round(middle * 1000 / len(messages), 1),
+            "ratio_to_baseline": median(
+                (v / b for v, b in zip(values, baseline, strict=True)), 2)}
     report = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
               "messages": len(messages), "cdr_mb": round(total_bytes / 1e6, 1),
               "session_seconds": 12.0, "rounds": args.rounds, "figures": figures,
               "file_mb": {k: round(v / 1e6, 2) for k, v in sizes.items()}}
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(text + "\n")
+    write_result(report, args.json)
 
 
 if __name__ == "__main__":

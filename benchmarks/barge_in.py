@@ -31,7 +31,6 @@ Run from the repository root::
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -41,6 +40,7 @@ from pathlib import Path
 
 import numpy as np
 import soundfile
+from _common import SPREAD, ratio, summary, write_result
 
 RATE = 16_000
 BLOCK = 640
@@ -65,15 +65,6 @@ def make_wav(directory: Path) -> tuple[Path, int, int]:
     path = directory / "user.wav"
     soundfile.write(path, np.clip(np.round(signal), -32768, 32767).astype(np.int16), RATE)
     return path, int(voiced[0] * 160), total // BLOCK
-
-
-def stats(values: list[float]) -> dict[str, float | int]:
-    if not values:
-        return {"n": 0}
-    a = np.asarray(values)
-    return {"n": len(values), "median": round(float(np.median(a)), 1),
-            "p90": round(float(np.percentile(a, 90)), 1), "min": round(float(a.min()), 1),
-            "max": round(float(a.max()), 1)}
 
 
 def main() -> int:
@@ -156,15 +147,15 @@ def main() -> int:
                 latencies.append((rec.wall_ns - onset_ns) / 1e6)
                 stamp_errors.append((start_ns - onset_ns) / 1e6)
             latencies = latencies[: args.passes]
-            result[name] = {"onset_to_start_received_ms": stats(latencies),
-                            "live_microphone_ms": stats([v + BLOCK / RATE * 1000
-                                                         for v in latencies]),
-                            "start_stamp_minus_onset_ms": stats(stamp_errors[: args.passes])}
+            result[name] = {
+                "onset_to_start_received_ms": summary(latencies, 1, figures=SPREAD),
+                "live_microphone_ms": summary([v + BLOCK / RATE * 1000 for v in latencies], 1,
+                                              figures=SPREAD),
+                "start_stamp_minus_onset_ms": summary(stamp_errors[: args.passes], 1,
+                                                      figures=SPREAD)}
         prompt = result["prompt"]["onset_to_start_received_ms"]
         base = result["per_slice"]["onset_to_start_received_ms"]
-        if prompt.get("n") and base.get("n"):
-            result["ratio_prompt_vs_per_slice_median"] = round(
-                prompt["median"] / base["median"], 2)
+        result["ratio_prompt_vs_per_slice_median"] = ratio(prompt["median"], base["median"], 2)
     finally:
         node.destroy_node()
         rclpy.shutdown(context=context)
@@ -172,11 +163,7 @@ def main() -> int:
         for process in processes.values():
             process.close()
         tmp.cleanup()
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(text + "\n")
+    write_result(result, args.json)
     return 0
 
 

@@ -28,7 +28,6 @@ PATH`` also writes it::
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -36,7 +35,7 @@ import time
 import uuid
 from pathlib import Path
 
-import numpy as np
+from _common import difference, ratio, summary, write_result
 
 # A question the embedded model answers with a whole sentence (about 17 tokens): decode speed.
 QUESTION = "Describe a sunny day at the beach."
@@ -47,14 +46,6 @@ SPOKEN = ("What colour is the sky on a clear day?", "How do plants make their fo
           "What is a robot?", "Why do cats like boxes?", "What is the capital of Spain?",
           "How many legs does a spider have?", "What do bees make?",
           "Which planet is the largest?")
-
-
-def summary(values: list[float], digits: int = 2) -> dict[str, float | int]:
-    values = [v for v in values if v == v]
-    if not values:
-        return {"n": 0}
-    return {"median": round(statistics.median(values), digits),
-            "p90": round(float(np.percentile(values, 90)), digits), "n": len(values)}
 
 
 def rate(times: list[float]) -> float:
@@ -259,16 +250,11 @@ def main(argv: list[str] | None = None) -> int:
                         "answer": values[0]["text"].strip()}
     node_s, raw_s = result["node"], result["raw"]
     result["ratio"] = {
-        "tokens_per_s": round(node_s["tokens_per_s"]["median"]
-                              / raw_s["tokens_per_s"]["median"], 3),
-        "first_token_overhead_ms": round(node_s["first_token_ms"]["median"]
-                                         - raw_s["first_token_ms"]["median"], 2)}
+        "tokens_per_s": ratio(node_s["tokens_per_s"]["median"], raw_s["tokens_per_s"]["median"]),
+        "first_token_overhead_ms": difference(node_s["first_token_ms"]["median"],
+                                              raw_s["first_token_ms"]["median"])}
     result["end_of_speech_to_first_chunk_ms"] = {k: summary(v) for k, v in speech.items()}
-    text_out = json.dumps(result, indent=2)
-    print(text_out)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(text_out + "\n")
+    write_result(result, args.json)
     return 0
 
 

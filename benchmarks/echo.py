@@ -33,7 +33,6 @@ Run from the repository root::
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 import tempfile
@@ -43,6 +42,7 @@ from typing import Any
 
 import numpy as np
 import soundfile
+from _common import median, summary, write_result
 
 from omniflow.core.echo import EchoGate, EchoReference
 from omniflow.core.resample import resample_int16
@@ -203,32 +203,23 @@ def main() -> int:
             row["double_delay"].append(r["delay_ms"])
             row["costs"].extend(r["costs"])
 
-    def median(values: list) -> float | None:
-        values = [v for v in values if v is not None]
-        return round(float(np.median(values)), 1) if values else None
-
-    summary = {}
+    candidates = {}
     for name, row in rows.items():
-        costs = np.asarray(row["costs"], dtype=np.float64) / 1e6
-        summary[name] = {
+        cpu_ms = summary(row["costs"], 3, scale=1e-6, count=None)
+        candidates[name] = {
             "false_barge_ins": int(sum(row["false_starts"])),
             "rooms_with_false_barge_in": int(sum(1 for s in row["false_starts"] if s)),
             "user_detected": f"{sum(row['user_detected'])}/{args.rooms}",
-            "user_onset_delay_ms_median": median(row["user_delay"]),
+            "user_onset_delay_ms_median": median(row["user_delay"], 1),
             "double_talk_detected": f"{sum(row['double_detected'])}/{args.rooms}",
-            "double_talk_onset_delay_ms_median": median(row["double_delay"]),
+            "double_talk_onset_delay_ms_median": median(row["double_delay"], 1),
             "double_talk_onset_delays_ms": row["double_delay"],
-            "cpu_ms_per_chunk_median": round(float(np.median(costs)), 3) if costs.size else 0.0,
-            "cpu_ms_per_chunk_p90": round(float(np.percentile(costs, 90)), 3)
-            if costs.size else 0.0,
+            "cpu_ms_per_chunk_median": cpu_ms["median"],
+            "cpu_ms_per_chunk_p90": cpu_ms["p90"],
         }
     result = {"robot_s": round(len(robot) / RATE, 2), "user_s": round(len(user) / RATE, 2),
-              "rooms": rooms, "candidates": summary}
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(text + "\n")
+              "rooms": rooms, "candidates": candidates}
+    write_result(result, args.json)
     return 0
 
 

@@ -48,7 +48,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "test" / "integration"))  # the room
 
-from barge_in import stats  # noqa: E402  (n, median, p90, min, max of a list of ms)
+from _common import SPREAD, summary, write_result  # noqa: E402
 
 STORY = "Tell me a long story about a robot who learns to cook, with many details."
 
@@ -178,15 +178,11 @@ def main(argv: list[str] | None = None) -> int:
             process.close()
     result: dict[str, object] = {
         "passes": args.passes, "fusion": fusion_params,
-        "from_voice_onset_ms": {k: stats(v) for k, v in figures.items()},
+        "from_voice_onset_ms": {k: summary(v, 1, figures=SPREAD) for k, v in figures.items()},
         "echo": {"false_barge_ins": false_starts,
                  "robot_speaking_alone_s": round(robot_alone_s, 1)},
         "target_ms": 120}
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(text + "\n")
+    write_result(result, args.json)
     return 0
 
 

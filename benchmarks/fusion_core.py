@@ -37,7 +37,6 @@ a slow machine.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -48,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _common import median, ratio, summary, write_result
 
 from omniflow.core.association import Associator, Decision
 from omniflow.core.scheduler import STAGES, Slice, TdmScheduler
@@ -61,15 +61,10 @@ VISION_PERIOD_NS = 66_666_667
 T_START = 1_700_000_000 * 1_000_000_000
 
 
-def summary_us(values_ns: list[int] | np.ndarray) -> dict[str, float | int]:
+def summary_us(values_ns: list[int]) -> dict[str, float | int | None]:
     """Median, p90, p99 and max in microseconds, and the count."""
-    v = np.asarray(values_ns, dtype=np.float64) / 1_000.0
-    if not len(v):
-        return {"n": 0}
-    return {"median_us": round(float(np.median(v)), 2),
-            "p90_us": round(float(np.percentile(v, 90)), 2),
-            "p99_us": round(float(np.percentile(v, 99)), 2),
-            "max_us": round(float(v.max()), 2), "n": int(len(v))}
+    return summary(values_ns, 2, figures=("median", "p90", "p99", "max"), suffix="_us",
+                   scale=1e-3)
 
 
 class SyntheticStream:
@@ -181,7 +176,7 @@ def run_slices(seconds: float, seed: int) -> tuple[dict[str, Any], Pipeline]:
         "work": summary_us(work[steady]),
         "work_all_slices": summary_us(work),
         "work_slices_with_a_decision": summary_us(deciding),
-        "stage_median_us": {n: round(statistics.median(v[steady]) / 1000, 2)
+        "stage_median_us": {n: median([ns / 1000 for ns in v[steady]], 2)
                             for n, v in stages.items()},
         "overruns": scheduler.stats.overruns,
         "merged": scheduler.stats.merged,
@@ -231,18 +226,15 @@ def run_queries(ring: TokenRing, count: int, seed: int) -> dict[str, Any]:
         hits = np.flatnonzero((stamps >= start) & (stamps <= end) & (ids >= 0))
         hits[np.argsort(stamps[hits], kind="stable")].tolist()
         mask_times.append(time.perf_counter_ns() - t0)
-    q = statistics.median(times["query"])
-    b = statistics.median(times["brute_force_list"])
+    query, brute = summary_us(times["query"]), summary_us(times["brute_force_list"])
     return {
         "ring_tokens": len(ring),
         "window": "[t - 80 ms, t + 120 ms]",
         "tokens_per_window_median": statistics.median(sizes),
-        "query": summary_us(times["query"]),
-        "brute_force_list": summary_us(times["brute_force_list"]),
-        "ratio_brute_force_over_query_median": round(b / q, 2),
-        "ratio_brute_force_over_query_p90": round(
-            float(np.percentile(times["brute_force_list"], 90))
-            / float(np.percentile(times["query"], 90)), 2),
+        "query": query,
+        "brute_force_list": brute,
+        "ratio_brute_force_over_query_median": ratio(brute["median_us"], query["median_us"], 2),
+        "ratio_brute_force_over_query_p90": ratio(brute["p90_us"], query["p90_us"], 2),
         "numpy_mask_scan_only_no_tokens_built": summary_us(mask_times),
     }
 
@@ -286,11 +278,7 @@ def main() -> int:
         "query": run_queries(pipeline.ring, args.queries, args.seed),
         "bloom": run_bloom(pipeline.ring, min(args.queries, 2000), args.seed),
     }
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(text + "\n")
+    write_result(result, args.json)
     return 0
 
 

@@ -39,7 +39,6 @@ the default system prompt was chosen). Run from the repository root (a few minut
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import threading
 import time
@@ -47,7 +46,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+from _common import difference, median, ratio, summary, write_result
 
 from omniflow.core.prompt import DEFAULT_FORMAT, Prompt, PromptFormat, Turn
 from omniflow.engines.llm import (
@@ -126,10 +125,8 @@ def summarize(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     """Median and p90 of each timed figure over rounds."""
     out: dict[str, Any] = {"rounds": len(rounds)}
     for key in ("first_token_ms", "tokens_per_s", "total_ms", "cpu_ms"):
-        values = np.array([r[key] for r in rounds], dtype=float)
-        out[key] = {"median": round(float(np.nanmedian(values)), 2),
-                    "p90": round(float(np.nanpercentile(values, 90)), 2)}
-    out["tokens"] = int(np.median([r["tokens"] for r in rounds]))
+        out[key] = summary((r[key] for r in rounds), 2, count=None)
+    out["tokens"] = int(median((r["tokens"] for r in rounds), 0))
     return out
 
 
@@ -145,13 +142,13 @@ def measure_backend(generate: Callable[[], Iterable[str]], *, rounds: int = 5,
     return summarize(results)
 
 
-def _ratio(candidate: dict[str, Any], baseline: dict[str, Any]) -> dict[str, float]:
+def _ratio(candidate: dict[str, Any], baseline: dict[str, Any]) -> dict[str, float | None]:
     return {
-        "tokens_per_s": round(candidate["tokens_per_s"]["median"]
-                              / baseline["tokens_per_s"]["median"], 3),
-        "cpu": round(candidate["cpu_ms"]["median"] / baseline["cpu_ms"]["median"], 3),
-        "first_token_overhead_ms": round(candidate["first_token_ms"]["median"]
-                                         - baseline["first_token_ms"]["median"], 2),
+        "tokens_per_s": ratio(candidate["tokens_per_s"]["median"],
+                              baseline["tokens_per_s"]["median"]),
+        "cpu": ratio(candidate["cpu_ms"]["median"], baseline["cpu_ms"]["median"]),
+        "first_token_overhead_ms": difference(candidate["first_token_ms"]["median"],
+                                              baseline["first_token_ms"]["median"]),
     }
 
 
@@ -222,8 +219,8 @@ def main(argv: list[str] | None = None) -> int:
         s = measure_backend(ours_generate, rounds=max(3, args.rounds // 2),
                             before_round=lambda _: backend.reset(), tokens_of=ours_tokens)
         chunks[str(chunk)] = {"cold_first_token_ms": s["first_token_ms"],
-                              "prompt_tok_per_s": round(result["prompt_tokens"] / (
-                                  s["first_token_ms"]["median"] / 1e3), 1)}
+                              "prompt_tok_per_s": ratio(result["prompt_tokens"] * 1e3,
+                                                        s["first_token_ms"]["median"], 1)}
     backend.sampling.prompt_chunk = 32
     result["chunks"] = chunks
 
@@ -261,11 +258,7 @@ def main(argv: list[str] | None = None) -> int:
         result["personas"] = compare_personas(backend, (0.0, 0.3))
     backend.close()
 
-    out = json.dumps(result, indent=2)
-    print(out)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(out + "\n", encoding="utf-8")
+    write_result(result, args.json)
     return 0
 
 

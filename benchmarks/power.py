@@ -24,12 +24,12 @@ A benchmark prints figures; it does not fail on a slow machine.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
+
+from _common import difference, median, ratio, write_result
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -113,8 +113,8 @@ def micro(repeats: int) -> dict[str, float]:
         begin = time.perf_counter()
         policy.step(inp)
         steps.append((time.perf_counter() - begin) * 1e6)
-    return {"telemetry_sample_us_median": round(statistics.median(samples), 1),
-            "policy_step_us_median": round(statistics.median(steps), 2)}
+    return {"telemetry_sample_us_median": median(samples, 1),
+            "policy_step_us_median": median(steps, 2)}
 
 
 def main() -> int:
@@ -128,7 +128,7 @@ def main() -> int:
     if args.idle_node:
         return idle_node()
     rounds = [run_round(args.seconds, args.warmup) for _ in range(args.rounds)]
-    cpu = {name: round(statistics.median(r[name] for r in rounds), 3) for name in rounds[0]}
+    cpu = {name: median((r[name] for r in rounds), 3) for name in rounds[0]}
     result = {
         "method": "process CPU time / wall time over the window, % of one core; median of "
                   "rounds; all processes measured at once",
@@ -136,18 +136,14 @@ def main() -> int:
         "cpu_percent": cpu,
         "cpu_percent_per_round": [{k: round(v, 3) for k, v in r.items()} for r in rounds],
         "resolution_percent": round(100.0 / CLOCK_TICKS / args.seconds, 3),
-        "overhead_percent": {name: round(value - cpu["baseline"], 3)
+        "overhead_percent": {name: difference(value, cpu["baseline"], 3)
                              for name, value in cpu.items() if name != "baseline"},
-        "ratio_to_baseline": {name: round(value / cpu["baseline"], 2) if cpu["baseline"] else
-                              None for name, value in cpu.items() if name != "baseline"},
+        "ratio_to_baseline": {name: ratio(value, cpu["baseline"], 2)
+                              for name, value in cpu.items() if name != "baseline"},
         "target_percent": 1.0,
         **micro(1000),
     }
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(text + "\n")
+    write_result(result, args.json)
     return 0
 
 

@@ -18,14 +18,14 @@ PATH`` also writes it.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
-import statistics
 import tempfile
 import time
 import uuid
 from pathlib import Path
+
+from _common import median, write_result
 
 from omniflow import demo, report
 
@@ -48,18 +48,14 @@ def main() -> None:
     for row in report.LATENCY_ROWS:
         entries = [t[row.stage] for t in tables if t[row.stage] is not None]
         stages[row.stage] = None if not entries else {
-            "median_ms": round(statistics.median(e["median_ms"] for e in entries), 1),
+            "median_ms": median((e["median_ms"] for e in entries), 1),
             "p90_ms_max": round(max(e["p90_ms"] for e in entries), 1),
             "n_per_run": entries[0]["n"], "runs": len(entries), "measures": row.measures,
             "source_pi5_ms": row.budget_ms}
     out = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
            "session_s": 12.0, "runs": args.runs,
            "wall_s_per_run": [round(w, 1) for w in walls], "stages": stages}
-    text = json.dumps(out, indent=2)
-    print(text)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(text + "\n")
+    write_result(out, args.json)
 
 
 if __name__ == "__main__":

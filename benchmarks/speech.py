@@ -28,14 +28,12 @@ from __future__ import annotations
 
 import argparse
 import glob
-import json
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
 
-import numpy as np
+from _common import difference, summary, write_result
 
 TEXTS = {
     "short": "Hello robot.",
@@ -49,13 +47,9 @@ STREAMED = ("Sure, the red box on the table is a toolbox, and it holds a hammer 
 BLOCK_MS = 20.0
 
 
-def summary(values: list[float], digits: int = 2) -> dict[str, float | int]:
+def spread(values: list[float], digits: int = 2) -> dict[str, float | int | None]:
     """Median, p90, min and count, rounded for reading."""
-    if not values:
-        return {"n": 0}
-    return {"median": round(statistics.median(values), digits),
-            "p90": round(float(np.percentile(values, 90)), digits),
-            "min": round(min(values), digits), "n": len(values)}
+    return summary(values, digits, figures=("median", "p90", "min"))
 
 
 def bench_tts(engine, repeats: int) -> dict[str, dict]:
@@ -73,8 +67,8 @@ def bench_tts(engine, repeats: int) -> dict[str, dict]:
             elapsed = time.perf_counter() - start
             first_ms.append(first * 1000)
             rtf.append(elapsed / (frames / engine.sample_rate))
-        results[name] = {"first_chunk_ms": summary(first_ms),
-                         "real_time_factor": summary(rtf, digits=4)}
+        results[name] = {"first_chunk_ms": spread(first_ms),
+                         "real_time_factor": spread(rtf, digits=4)}
     return results
 
 
@@ -192,10 +186,10 @@ def bench_node(turns: int) -> dict[str, dict]:
         node.destroy_node()
         rclpy.shutdown(context=context)
         process.close()
-    return {"phrase_ready_to_first_audio_ms": summary(ready_ms),
-            "first_token_to_first_audio_ms": summary(streamed_ms),
-            "interrupt_to_idle_state_ms": summary(idle_ms),
-            "interrupt_to_last_block_end_ms": summary(silent_ms)}
+    return {"phrase_ready_to_first_audio_ms": spread(ready_ms),
+            "first_token_to_first_audio_ms": spread(streamed_ms),
+            "interrupt_to_idle_state_ms": spread(idle_ms),
+            "interrupt_to_last_block_end_ms": spread(silent_ms)}
 
 
 def main() -> int:
@@ -212,12 +206,8 @@ def main() -> int:
         result["node"] = bench_node(args.turns)
         raw = result["tts"]["espeak-ng"]["phrase"]["first_chunk_ms"]["median"]
         node = result["node"]["phrase_ready_to_first_audio_ms"]["median"]
-        result["node"]["phrase_ready_vs_raw_espeak_first_chunk_ms"] = round(node - raw, 2)
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(text + "\n")
+        result["node"]["phrase_ready_vs_raw_espeak_first_chunk_ms"] = difference(node, raw)
+    write_result(result, args.json)
     return 0
 
 

@@ -54,17 +54,17 @@ from __future__ import annotations
 import argparse
 import array
 import json
-import math
 import os
 import random
 import signal
-import statistics
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from _common import ratio, summary, write_result
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PROFILE_DIR = REPO_ROOT / "config" / "fastdds"
@@ -436,22 +436,8 @@ def run_trial(
 
 
 def summarize(samples: list[float]) -> dict[str, float | int | None]:
-    """Median, p90 (nearest rank) and count, in ms."""
-    if not samples:
-        return {"median_ms": None, "p90_ms": None, "n": 0}
-    ordered = sorted(samples)
-    p90 = ordered[min(len(ordered) - 1, math.ceil(0.9 * len(ordered)) - 1)]
-    return {
-        "median_ms": round(statistics.median(ordered), 3),
-        "p90_ms": round(p90, 3),
-        "n": len(ordered),
-    }
-
-
-def _ratio(value: float | None, reference: float | None) -> float | None:
-    if value is None or not reference:
-        return None
-    return round(value / reference, 3)
+    """Median, p90 and count, in ms."""
+    return summary(samples, 3, suffix="_ms")
 
 
 def run_benchmark(
@@ -535,7 +521,7 @@ def run_benchmark(
     reference = report["variants"].get("default")
     for entry in report["variants"].values():
         entry["ratio_to_default"] = {
-            key: _ratio(entry[key]["median_ms"], reference[key]["median_ms"] if reference else None)
+            key: ratio(entry[key]["median_ms"], reference[key]["median_ms"] if reference else None)
             for key in ("audio_latency", "frame_latency", "frame_publish")
         }
     return report
@@ -669,10 +655,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     variants = [known[n] for n in dict.fromkeys(names)]
     report = run_benchmark(variants, known[args.sub_profile] if args.sub_profile else None, args)
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.json is not None:
-        args.json.write_text(text + "\n")
+    write_result(report, args.json)
     if args.table:
         print(markdown_table(report), file=sys.stderr)
     failed = all(not e["frame_latency"]["n"] for e in report["variants"].values())

@@ -18,24 +18,19 @@ machine.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
-import statistics
 from pathlib import Path
 from typing import Any
 
 import cv2
 import numpy as np
 import skimage.data
+from _common import summary, write_result
 
 from omniflow.engines.vision import make_default_encoder, probe_edgetpu
 
 PHOTOS = ("astronaut", "coffee", "chelsea", "rocket")
-
-
-def _p90(values: list[float]) -> float:
-    return float(np.percentile(values, 90))
 
 
 def measure(size: tuple[int, int], frames: int, warmup: int, threads: int) -> dict[str, Any]:
@@ -50,8 +45,7 @@ def measure(size: tuple[int, int], frames: int, warmup: int, threads: int) -> di
         result = encoder.encode(images[i % len(images)], warmup + i + 1)
         for stage, ms in result.timings_ms.items():
             stages.setdefault(stage, []).append(ms)
-    return {stage: {"median_ms": round(statistics.median(v), 2), "p90_ms": round(_p90(v), 2)}
-            for stage, v in stages.items()}
+    return {stage: summary(v, 2, suffix="_ms", count=None) for stage, v in stages.items()}
 
 
 def main() -> None:
@@ -73,11 +67,7 @@ def main() -> None:
         "sizes": {f"{w}x{h}": measure((w, h), args.frames, args.warmup, args.threads)
                   for w, h in sizes},
     }
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(text + "\n")
+    write_result(report, args.json)
 
 
 if __name__ == "__main__":

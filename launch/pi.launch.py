@@ -2,28 +2,12 @@
 
     ros2 launch omniflow pi.launch.py [namespace:=robot1] [log_level:=debug]
 
-Includes omniflow.launch.py with profile:=pi; every standard argument is passed through.
+Includes omniflow.launch.py with profile:=pi; every standard argument (namespace,
+use_sim_time, params_file, log_level) is passed through.
 """
 
-from launch import LaunchDescription
-from launch.actions import DeclareLaunchArgument, IncludeLaunchDescription
-from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
-from launch_ros.substitutions import FindPackageShare
-
-STANDARD_ARGUMENTS = {
-    "namespace": ("", "Namespace of every node"),
-    "use_sim_time": ("false", "Use /clock instead of the system clock"),
-    "params_file": ("", "YAML parameters keyed by node name; empty: config/pi.yaml"),
-    "log_level": ("info", "Logging level: debug, info, warn, error"),
-}
+from omniflow.bringup import profile_launch
 
 
-def generate_launch_description() -> LaunchDescription:
-    arguments = [DeclareLaunchArgument(name, default_value=default, description=description)
-                 for name, (default, description) in STANDARD_ARGUMENTS.items()]
-    base = IncludeLaunchDescription(
-        PathJoinSubstitution([FindPackageShare("omniflow"), "launch", "omniflow.launch.py"]),
-        launch_arguments={"profile": "pi",
-                          **{name: LaunchConfiguration(name) for name in STANDARD_ARGUMENTS}
-                          }.items())
-    return LaunchDescription([*arguments, base])
+def generate_launch_description():
+    return profile_launch("pi")

@@ -59,7 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="+", help="run only these benchmarks (by name)")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    scripts = sorted((REPO / "benchmarks").glob("*.py"))
+    # benchmarks/_common.py and any other _module are shared code, not benchmarks.
+    scripts = sorted(s for s in (REPO / "benchmarks").glob("*.py") if not s.name.startswith("_"))
     if args.only:
         scripts = [s for s in scripts if s.stem in args.only]
     summary = {"python": sys.version.split()[0], "benchmarks": {}}

@@ -179,6 +179,74 @@ def launch_nodes(profile_name: str, share_dir: str, params_file: str | None = No
             for name in chosen.nodes]
 
 
+def launch_node_actions(profile_name: str, share_dir: str, *, namespace: str = "",
+                        use_sim_time: bool = False, log_level: str = "info",
+                        params_file: str | None = None,
+                        camera_dds_profile: str = "") -> list[dict[str, object]]:
+    """The keyword arguments of a launch_ros ``Node`` for each node of a profile, from the
+    values of the base launch file's arguments (:func:`base_arguments`): namespace, log level,
+    use_sim_time (the profile's, or the argument), respawn for capture nodes, the camera's DDS
+    profile (``camera_dds_profile``; empty: the package's large-frames profile)."""
+    camera_env = {DDS_PROFILE_VARIABLE: camera_dds_profile
+                  or os.path.join(share_dir, *FRAME_PUBLISHER_PROFILE)}
+    return [dict(package="omniflow", executable=node.executable, name=node.name,
+                 namespace=namespace, output="screen", respawn=node.respawn,
+                 respawn_delay=node.respawn_delay,
+                 parameters=[*node.params_files,
+                             {"use_sim_time": node.use_sim_time or use_sim_time}],
+                 arguments=["--ros-args", "--log-level", log_level],
+                 remappings=list(node.remappings.items()),
+                 additional_env=dict(node.env) or None)
+            for node in launch_nodes(profile_name, share_dir, params_file=params_file or None,
+                                     camera_env=camera_env)]
+
+
+@dataclass(frozen=True)
+class LaunchArgument:
+    """One argument a launch file declares: its default (None: the argument is required),
+    description and allowed values (empty: any)."""
+
+    name: str
+    default: str | None
+    description: str
+    choices: tuple[str, ...] = ()
+
+
+def standard_arguments(profile_name: str | None = None) -> tuple[LaunchArgument, ...]:
+    """The arguments every launch file declares (and a profile's file passes on to the base):
+    namespace, use_sim_time, params_file and log_level. With a profile, use_sim_time defaults
+    to the profile's and params_file names the profile's YAML."""
+    if profile_name is None:
+        sim_time = False
+        own = ", ".join(f"config/{p.params_file}" for p in PROFILES.values())
+        yaml_file = f"the profile's own ({own})"
+    else:
+        chosen = profile(profile_name)
+        sim_time, yaml_file = chosen.use_sim_time, f"config/{chosen.params_file}"
+    return (
+        LaunchArgument("namespace", "", "Namespace of every node"),
+        LaunchArgument("use_sim_time", str(sim_time).lower(),
+                       "Use /clock (published by a bag player) instead of the system clock"),
+        LaunchArgument("params_file", "",
+                       f"YAML parameters keyed by node name; empty: {yaml_file}"),
+        LaunchArgument("log_level", "info", "Logging level: debug, info, warn, error"),
+    )
+
+
+def base_arguments() -> tuple[LaunchArgument, ...]:
+    """The arguments of the base launch file (``omniflow.launch.py``): the profile, the
+    standard ones, and the camera process's Fast DDS profile."""
+    return (
+        LaunchArgument("profile", "pc", "Which nodes run: pc, pi, or replay (no capture)",
+                       choices=tuple(PROFILES)),
+        *standard_arguments(),
+        LaunchArgument("camera_dds_profile", "",
+                       "Fast DDS profile of the camera process; empty: "
+                       f"{'/'.join(FRAME_PUBLISHER_PROFILE)} (16 MiB shared memory: full-HD "
+                       "frames in ~9 ms instead of ~21 ms, none lost best effort)"),
+    )
+
+
 def frame_publisher_env(share_dir: str) -> dict[str, str]:
     """Environment for a node publishing camera frames: the large-frames profile, unless the
     user already chose a Fast DDS profile."""

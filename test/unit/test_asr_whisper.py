@@ -9,7 +9,6 @@ after lower case and punctuation removed (Whisper writes "Hello robot."). No tim
 from __future__ import annotations
 
 import math
-import re
 import time
 from pathlib import Path
 
@@ -21,6 +20,7 @@ pytest.importorskip("faster_whisper", reason="faster-whisper is not installed (r
 
 from test_asr import CHUNK, HELLO, START_NS, add_noise, espeak  # noqa: E402
 
+from omniflow.core.text import edit_distance, words  # noqa: E402
 from omniflow.core.timing import NS_PER_SAMPLE  # noqa: E402
 from omniflow.engines.asr import (  # noqa: E402
     PocketsphinxRecognizer,
@@ -34,10 +34,6 @@ EXACT = ("hello robot", "turn left and stop at the door", "what time is it")
 # Whisper tiny.en mishears one word of this one ("my kitchen"): asked for most words.
 LOOSE = "can you tell me where the kitchen is"
 SENTENCES = (*EXACT, LOOSE)
-
-
-def words(text: str) -> list[str]:
-    return re.sub(r"[^a-z' ]+", " ", text.lower()).split()
 
 
 @pytest.fixture(scope="module")
@@ -68,16 +64,6 @@ def stream(rec: WhisperRecognizer, samples: np.ndarray, pace_s: float = 0.0
     return partials, rec.finish()
 
 
-def word_errors(ref: list[str], hyp: list[str]) -> int:
-    """Word-level Levenshtein distance."""
-    row = list(range(len(hyp) + 1))
-    for i, r in enumerate(ref, 1):
-        prev, row[0] = row[0], i
-        for j, h in enumerate(hyp, 1):
-            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (r != h))
-    return row[-1]
-
-
 @pytest.mark.parametrize("text", EXACT)
 def test_noisy_speech_is_recognised_word_for_word(
         whisper: WhisperRecognizer, noisy: dict[str, np.ndarray], text: str) -> None:
@@ -92,7 +78,7 @@ def test_open_speech_has_most_words_right(
     _, result = stream(whisper, noisy[LOOSE])
     hyp = words(result.text)
     assert {"tell", "where", "kitchen"} <= set(hyp)
-    assert word_errors(LOOSE.split(), hyp) <= 2
+    assert edit_distance(LOOSE.split(), hyp) <= 2
 
 
 def test_the_sample_sentence_and_its_word_times_in_stream_time(
@@ -125,7 +111,7 @@ def test_partials_come_while_speaking_and_finish_is_counted(
     # The final's snapshot (where it ends in the trailing noise) depends on timing here, and
     # tiny.en on the snapshot: "turn left and top at the floor" was seen; accuracy is asked
     # for in the tests above, on fixed input.
-    assert word_errors(text.split(), words(result.text)) <= 2, (result.text, partials)
+    assert edit_distance(text.split(), words(result.text)) <= 2, (result.text, partials)
     # which of the three finish() cases it was depends on the machine's load: counted once
     assert stats.finals_ready + stats.finals_in_flight + stats.finals_queued == before + 1
     assert stats.finish_wait_ns_last <= stats.finish_wait_ns_max

@@ -57,11 +57,12 @@ def test_graph_nodes_describe_every_node_with_overrides():
 
 @pytest.mark.parametrize("path", sorted((ROOT / "launch").glob("*.launch.py")),
                          ids=lambda p: p.name)
-def test_launch_files_parse_and_declare_the_standard_arguments(path):
-    source = path.read_text()
-    ast.parse(source)
+def test_launch_files_parse_and_document_the_standard_arguments(path):
+    """Declared through omniflow.bringup (test_launcher.py builds each launch file and checks
+    the declarations); each file's docstring names them for whoever reads it."""
+    doc = ast.get_docstring(ast.parse(path.read_text()))
     for argument in ("namespace", "use_sim_time", "params_file", "log_level"):
-        assert f'"{argument}"' in source
+        assert argument in doc
 
 
 def test_node_reference_parameter_tables_are_generated_from_the_specs():

@@ -128,31 +128,77 @@ def test_output_topics_follow_the_nodes_by_name():
 
 
 LAUNCH_FILES = sorted((ROOT / "launch").glob("*.launch.py"))
+STANDARD = ("namespace", "use_sim_time", "params_file", "log_level")
 
 
 @pytest.mark.parametrize("path", LAUNCH_FILES, ids=lambda p: p.name)
-def test_launch_files_are_thin_and_declare_the_standard_arguments(path):
+def test_launch_files_are_thin_over_the_shared_bringup(path):
     tree = ast.parse(path.read_text())
-    strings = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)
-               and isinstance(n.value, str)}
-    for argument in ("namespace", "use_sim_time", "params_file", "log_level"):
-        assert argument in strings, f"{path.name} does not declare {argument}"
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert "omniflow.bringup" in imported
     functions = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
     assert len(functions) <= 2 and sum(len(ast.unparse(f).splitlines()) for f in functions) < 60
+
+
+@pytest.mark.parametrize("name", [None, *PROFILES])
+def test_every_launch_file_declares_the_standard_arguments(name):
+    arguments = graph.standard_arguments(name)
+    assert tuple(a.name for a in arguments) == STANDARD
+    assert all(a.default is not None and a.description for a in arguments)
+    sim_time = {a.name: a.default for a in arguments}["use_sim_time"]
+    assert sim_time == ("true" if name and PROFILES[name].use_sim_time else "false")
+    if name is not None:
+        params_file = next(a for a in arguments if a.name == "params_file")
+        assert f"config/{PROFILES[name].params_file}" in params_file.description
+
+
+def test_the_base_launch_file_declares_the_profile_and_the_camera_dds_profile():
+    arguments = {a.name: a for a in graph.base_arguments()}
+    assert list(arguments) == ["profile", *STANDARD, "camera_dds_profile"]
+    assert arguments["profile"].choices == tuple(PROFILES)
+    assert arguments["profile"].default in PROFILES
 
 
 @pytest.mark.parametrize(("name", "profile"), [("robot", "pc"), ("pi", "pi"),
                                                ("replay", "replay")])
 def test_profile_launch_files_include_the_base_with_their_profile(name, profile):
     source = (ROOT / "launch" / f"{name}.launch.py").read_text()
-    assert "omniflow.launch.py" in source and "IncludeLaunchDescription" in source
-    assert f'"profile": "{profile}"' in source
+    assert f'profile_launch("{profile}"' in source
 
 
 def test_the_base_launch_file_takes_its_nodes_from_the_graph():
     source = (ROOT / "launch" / "omniflow.launch.py").read_text()
-    assert "launch_nodes(" in source and "respawn=node.respawn" in source
-    assert "use_sim_time" in source and "additional_env" in source
+    assert "base_launch()" in source
+
+
+def test_launch_node_actions_carry_respawn_sim_time_log_level_and_camera_env():
+    actions = {a["name"]: a for a in graph.launch_node_actions(
+        "pc", SHARE, namespace="/r1", log_level="debug", camera_dds_profile="/x/mine.xml")}
+    assert list(actions) == list(GRAPH_NODES)
+    assert {n for n, a in actions.items() if a["respawn"]} == set(CAPTURE_NODES)
+    assert actions["camera"]["additional_env"] == {DDS_PROFILE_VARIABLE: "/x/mine.xml"}
+    assert all(a["additional_env"] is None for n, a in actions.items() if n != "camera")
+    for name, action in actions.items():
+        assert action["package"] == "omniflow" and action["executable"] == name
+        assert action["namespace"] == "/r1"
+        assert action["arguments"] == ["--ros-args", "--log-level", "debug"]
+        assert action["parameters"] == [f"{SHARE}/config/robot.yaml", {"use_sim_time": False}]
+
+
+def test_launch_node_actions_use_the_clock_when_asked_or_in_replay():
+    asked = graph.launch_node_actions("pi", SHARE, use_sim_time=True)
+    assert all(a["parameters"][-1] == {"use_sim_time": True} for a in asked)
+    replay = {a["name"]: a for a in graph.launch_node_actions("replay", SHARE)}
+    assert all(a["parameters"][-1] == {"use_sim_time": True} for a in replay.values())
+    assert replay["speech"]["remappings"] == [("played_audio", "replay/played_audio")]
+
+
+def test_launch_node_actions_default_to_the_packaged_camera_profile_and_yaml():
+    actions = {a["name"]: a for a in graph.launch_node_actions(
+        "pi", SHARE, params_file="/home/me/pi.yaml")}
+    assert actions["camera"]["additional_env"] == {
+        DDS_PROFILE_VARIABLE: f"{SHARE}/config/fastdds/large_frames.xml"}
+    assert {a["parameters"][0] for a in actions.values()} == {"/home/me/pi.yaml"}
 
 
 def test_readme_topic_table_is_generated_from_the_graph():

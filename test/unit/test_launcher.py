@@ -1,4 +1,5 @@
-"""Tier 1 tests of omniflow.launcher: params files, command lines, and real child processes.
+"""Tier 1 tests of omniflow.launcher: params files, command lines, and real child processes;
+and of the launch files in ``launch/`` (over omniflow.bringup), built with ROS 2's launch.
 
 The processes run tiny modules written to ``tmp_path`` (no ROS, no DDS), so they start in a
 few tens of milliseconds.
@@ -6,6 +7,7 @@ few tens of milliseconds.
 
 from __future__ import annotations
 
+import importlib.util
 import signal
 import subprocess
 import sys
@@ -221,3 +223,121 @@ def test_output_is_readable_after_stop(start) -> None:
     wait_for_output(process, "ready")
     process.stop()
     assert "ready" in process.output()
+
+
+# --- the launch files, built with ROS 2's launch package -----------------------------------
+# ``launch`` is not on PyPI: on a ROS install it is importable, otherwise its Jazzy sources
+# from the shared vendor directory beside the checkout are used (skipped when absent).
+
+ROOT = Path(__file__).resolve().parents[2]
+LAUNCH_DIR = ROOT / "launch"
+STANDARD = ("namespace", "use_sim_time", "params_file", "log_level")
+
+
+def _vendored_launch() -> Path | None:
+    """The vendored ROS 2 Jazzy launch sources in a ``shared`` directory beside the checkout
+    (or beside one of its parents, for a worktree)."""
+    for parent in ROOT.parents:
+        vendor = parent / "shared" / "vendor" / "ros-jazzy" / "launch"
+        if (vendor / "launch" / "__init__.py").is_file():
+            return vendor
+    return None
+
+
+@pytest.fixture(scope="module")
+def ros_launch():
+    """The ``launch`` package (ROS 2's, or the vendored Jazzy sources)."""
+    try:
+        import launch
+        if getattr(launch, "__file__", None):  # not this checkout's launch/ directory
+            return launch
+    except ImportError:
+        pass
+    sys.modules.pop("launch", None)
+    vendor = _vendored_launch()
+    if vendor is None:
+        pytest.skip("ROS 2's launch package is not installed and ../shared/vendor/ros-jazzy "
+                    "(its sources) is absent")
+    sys.path.insert(0, str(vendor))
+    try:
+        import launch
+    except ImportError as err:
+        sys.path.remove(str(vendor))
+        pytest.skip(f"cannot import the vendored launch package: {err} "
+                    "(osrf-pycommon is in requirements/dev.txt)")
+    return launch
+
+
+def load_launch_file(name: str):
+    """The launch description that ``launch/<name>`` generates (as ``ros2 launch`` loads it)."""
+    spec = importlib.util.spec_from_file_location(name.replace(".", "_"), LAUNCH_DIR / name)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.generate_launch_description()
+
+
+def declared(description) -> dict[str, object]:
+    from launch.actions import DeclareLaunchArgument
+
+    return {a.name: a for a in description.entities if isinstance(a, DeclareLaunchArgument)}
+
+
+def performed(substitutions, context) -> str:
+    from launch.utilities import normalize_to_list_of_substitutions, perform_substitutions
+
+    return perform_substitutions(context, normalize_to_list_of_substitutions(substitutions))
+
+
+@pytest.mark.parametrize(("name", "profile", "sim_time", "extra"), [
+    ("robot.launch.py", "pc", "false", ()),
+    ("pi.launch.py", "pi", "false", ()),
+    ("replay.launch.py", "replay", "true", ("bag", "rate")),
+])
+def test_profile_launch_files_declare_the_standard_arguments_and_include_the_base(
+        ros_launch, name, profile, sim_time, extra) -> None:
+    from launch.actions import IncludeLaunchDescription
+
+    description = load_launch_file(name)
+    arguments = declared(description)
+    assert tuple(arguments) == (*STANDARD, *extra)
+    assert all(a.description for a in arguments.values())
+    assert [performed(a.default_value, ros_launch.LaunchContext())
+            for a in arguments.values() if a.name in STANDARD] == ["", sim_time, "", "info"]
+    (include,) = [e for e in description.entities if isinstance(e, IncludeLaunchDescription)]
+
+    context = ros_launch.LaunchContext()
+    context.extend_locals({"current_launch_file_directory": str(LAUNCH_DIR)})
+    for argument in STANDARD:
+        context.launch_configurations[argument] = f"value of {argument}"
+    passed = {performed(k, context): performed(v, context) for k, v in include.launch_arguments}
+    assert passed == {"profile": profile, **{a: f"value of {a}" for a in STANDARD}}
+    source = include.launch_description_source
+    base = source.get_launch_description(context)  # loads the file beside this one
+    assert Path(source.location) == LAUNCH_DIR / "omniflow.launch.py"
+    assert "profile" in declared(base)
+
+
+def test_the_replay_launch_file_plays_the_bag_into_the_namespace(ros_launch) -> None:
+    from launch.actions import ExecuteProcess
+
+    (player,) = [e for e in load_launch_file("replay.launch.py").entities
+                 if isinstance(e, ExecuteProcess)]
+    context = ros_launch.LaunchContext()
+    context.launch_configurations.update(bag="/b.mcap", rate="2.0", namespace="/r1")
+    assert [performed(part, context) for part in player.cmd] == [
+        "omniflow", "replay", "/b.mcap", "--clock", "--rate", "2.0", "--namespace", "/r1"]
+    assert declared(load_launch_file("replay.launch.py"))["bag"].default_value is None
+
+
+def test_the_base_launch_file_declares_its_arguments_then_starts_the_nodes(ros_launch) -> None:
+    from launch.actions import OpaqueFunction
+
+    description = load_launch_file("omniflow.launch.py")
+    arguments = declared(description)
+    assert tuple(arguments) == ("profile", *STANDARD, "camera_dds_profile")
+    assert arguments["profile"].choices == ["pc", "pi", "replay"]
+    defaults = {name: performed(a.default_value, ros_launch.LaunchContext())
+                for name, a in arguments.items()}
+    assert defaults == {"profile": "pc", "namespace": "", "use_sim_time": "false",
+                        "params_file": "", "log_level": "info", "camera_dds_profile": ""}
+    assert isinstance(description.entities[-1], OpaqueFunction)

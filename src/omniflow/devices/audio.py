@@ -31,13 +31,13 @@ from omniflow.core.timing import CHUNK_SAMPLES, SAMPLE_RATE
 from omniflow.devices.portaudio import (
     INPUT,
     describe_devices,
+    find_device,
     import_sounddevice,
     parse_device,
     resolve_device,
 )
 from omniflow.errors import (
     ConfigError,
-    DeviceNotFoundError,
     SourceError,
     SourceExhausted,
 )
@@ -240,17 +240,7 @@ class SoundDeviceSource(AudioSource):
         if self._stream is not None:
             return
         sd = _import_sounddevice()
-        try:
-            devices = sd.query_devices()
-        except sd.PortAudioError as err:
-            raise SourceError(f"cannot list audio devices: {err}") from err
-        index = resolve_input_device(devices, self._device)
-        try:
-            info = sd.query_devices(index, kind="input") if index is None else devices[index]
-        except (sd.PortAudioError, ValueError) as err:
-            raise DeviceNotFoundError(
-                f"no default input device ({err}); {describe_input_devices(devices)}"
-            ) from err
+        info = find_device(sd, self._device, INPUT, SourceError)
         self._device_index = int(info["index"])
         self._device_label = f"{self._device_index} {info['name']!r}"
         try:

@@ -61,11 +61,12 @@ from omniflow.core.timing import SAMPLE_RATE, Pacer
 from omniflow.devices.portaudio import (
     OUTPUT,
     describe_devices,
+    find_device,
     import_sounddevice,
     parse_device,
     resolve_device,
 )
-from omniflow.errors import AudioFormatError, ConfigError, DeviceNotFoundError, SinkError
+from omniflow.errors import AudioFormatError, ConfigError, SinkError
 
 __all__ = [
     "AUDIO_SINKS",
@@ -530,17 +531,7 @@ class SoundDeviceSink(_QueuedSink):
         if self._stream is not None:
             return
         sd = _import_sounddevice()
-        try:
-            devices = sd.query_devices()
-        except sd.PortAudioError as err:
-            raise SinkError(f"cannot list audio devices: {err}") from err
-        index = resolve_output_device(devices, self._device)
-        try:
-            info = sd.query_devices(index, kind="output") if index is None else devices[index]
-        except (sd.PortAudioError, ValueError) as err:
-            raise DeviceNotFoundError(
-                f"no default output device ({err}); {describe_output_devices(devices)}"
-            ) from err
+        info = find_device(sd, self._device, OUTPUT, SinkError)
         device_index = int(info["index"])
         self._device_label = f"{device_index} {info['name']!r}"
         rate = self._pick_rate(sd, device_index, info)

@@ -2,7 +2,8 @@
 
 Pure functions over what ``sounddevice.query_devices()`` returns (a sequence of dicts with
 ``index``, ``name``, ``max_input_channels`` and ``max_output_channels``), so the error
-messages can be tested without PortAudio; and the lazy import of ``sounddevice`` that turns a
+messages can be tested without PortAudio; :func:`find_device`, the one lookup both streams
+make through a ``sounddevice`` module; and the lazy import of ``sounddevice`` that turns a
 missing PortAudio library into the caller's error type.
 """
 
@@ -85,6 +86,27 @@ def resolve_device(devices: Iterable[Mapping[str, Any]], wanted: int | str | Non
     matches = ", ".join(f"{index}: {name}" for index, name in partial)
     raise ConfigError(f"{kind} device name {wanted!r} is ambiguous, it matches {matches}; "
                       "give a longer name or the index")
+
+
+def find_device(sd: ModuleType, wanted: int | str | None, direction: Direction,
+                error: type[OmniflowError]) -> Mapping[str, Any]:
+    """The ``query_devices()`` entry of the device to open: ``wanted`` as
+    :func:`resolve_device` reads it, or PortAudio's default device of that direction.
+
+    ``sd`` is the ``sounddevice`` module (:func:`import_sounddevice`). Raises ``error``
+    when PortAudio cannot list the devices, DeviceNotFoundError (listing the devices) when
+    there is no such device or no default one, ConfigError when a name is ambiguous.
+    """
+    try:
+        devices = sd.query_devices()
+    except sd.PortAudioError as err:
+        raise error(f"cannot list audio devices: {err}") from err
+    index = resolve_device(devices, wanted, direction)
+    try:
+        return sd.query_devices(index, kind=direction.kind) if index is None else devices[index]
+    except (sd.PortAudioError, ValueError) as err:
+        raise DeviceNotFoundError(f"no default {direction.kind} device ({err}); "
+                                  f"{describe_devices(devices, direction)}") from err
 
 
 def parse_device(location: str) -> int | str | None:

@@ -113,7 +113,8 @@ class CameraNode(DeviceNode):
 
     def apply_live(self, changes: dict[str, object]) -> None:
         if "fps" in changes:
-            self._pacer.set_period(self.period_s)
+            if self._pacer is not None:  # None until the first activation
+                self._pacer.set_period(self.period_s)
             self.device.set_fps(self.params["fps"])
             self.get_logger().info(f"publishing at {self.params['fps']:g} frames/s")
 

@@ -180,10 +180,9 @@ class SpeechNode(DeviceNode):
         self.destroy_lifecycle_publisher(self._audio_pub)
         self._state_pub = self._audio_pub = None
 
-    def on_activate(self, state):
-        result = super().on_activate(state)
-        self._publish_state(None)
-        return result
+    def activate(self) -> None:
+        super().activate()
+        self._publish_state(None)  # idle, latched for whoever joins later
 
     def stop_stream(self) -> None:
         self.stop_speaking("node deactivated")

@@ -92,7 +92,8 @@ class LifecycleBase(LifecycleNode):
         return ""
 
     def activate(self) -> None:
-        """Start the node's work (typically :meth:`start_worker`)."""
+        """Start the node's work (typically :meth:`start_worker`); the lifecycle publishers
+        are already active, so what it publishes goes out."""
 
     def deactivate(self) -> None:
         """Stop the node's work; the default joins the workers."""
@@ -206,9 +207,10 @@ class LifecycleBase(LifecycleNode):
         return TransitionCallbackReturn.SUCCESS
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        result = super().on_activate(state)  # the lifecycle publishers, before any work
         self.activate()
         self.set_state("active")
-        return super().on_activate(state)
+        return result
 
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
         self.deactivate()

@@ -1,0 +1,82 @@
+"""What the benchmark scripts share: summaries of measured values and writing the result.
+
+Every script runs as ``python benchmarks/<name>.py`` (``scripts/run_benchmarks.py`` does the
+same from the repository root), so this directory is on ``sys.path`` and ``import _common``
+finds this module; the leading underscore keeps ``run_benchmarks.py`` from running it.
+
+One rule for all figures: values that are NaN or None (a round that produced no token, an
+event that never came) are left out of a summary, whose count is of the values kept; a
+summary of no values has None in every figure, and so has a ratio or a difference with a
+missing operand (or a zero reference), so the JSON never holds NaN.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+# The figures a summary can hold; pNN is the NN-th percentile (linear interpolation).
+_FIGURES = {
+    "median": np.median,
+    "p90": lambda a: np.percentile(a, 90),
+    "p99": lambda a: np.percentile(a, 99),
+    "min": np.min,
+    "max": np.max,
+}
+# The spread of a latency: median, p90 and the extremes.
+SPREAD = ("median", "p90", "min", "max")
+
+
+def _finite(values: Iterable[float | None]) -> list[float]:
+    """The values that are numbers (None and NaN left out), as floats."""
+    return [float(v) for v in values if v is not None and not math.isnan(v)]
+
+
+def summary(values: Iterable[float | None], digits: int = 2, *,
+            figures: Sequence[str] = ("median", "p90"), suffix: str = "",
+            scale: float = 1.0, count: str | None = "n") -> dict[str, float | int | None]:
+    """``figures`` of the finite values times ``scale``, each rounded to ``digits`` and named
+    with ``suffix`` (``"_ms"``: ``median_ms``), and their number under ``count`` (None: not
+    reported). None for every figure when no value is finite."""
+    kept = np.asarray(_finite(values), dtype=np.float64) * scale
+    out: dict[str, float | int | None] = {
+        f"{name}{suffix}": round(float(_FIGURES[name](kept)), digits) if kept.size else None
+        for name in figures}
+    if count is not None:
+        out[count] = int(kept.size)
+    return out
+
+
+def median(values: Iterable[float | None], digits: int = 2) -> float | None:
+    """The median of the finite values, rounded; None when there is none."""
+    return summary(values, digits, figures=("median",), count=None)["median"]
+
+
+def ratio(value: float | None, reference: float | None, digits: int = 3) -> float | None:
+    """``value / reference`` rounded; None when either is missing (None, NaN) or the
+    reference is zero."""
+    if value is None or reference is None or math.isnan(value) or math.isnan(reference) \
+            or reference == 0:
+        return None
+    return round(value / reference, digits)
+
+
+def difference(value: float | None, reference: float | None, digits: int = 2) -> float | None:
+    """``value - reference`` rounded; None when either is missing (None, NaN)."""
+    if value is None or reference is None or math.isnan(value) or math.isnan(reference):
+        return None
+    return round(value - reference, digits)
+
+
+def write_result(result: object, path: Path | None) -> None:
+    """Print the result as indented JSON, and write it to ``path`` too when one is given
+    (its directory is created)."""
+    text = json.dumps(result, indent=2)
+    print(text)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text + "\n", encoding="utf-8")
