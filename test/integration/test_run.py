@@ -3,6 +3,7 @@ plays the bag into it on /clock, and Ctrl-C stops every node."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -19,7 +20,8 @@ def test_run_replay_profile_plays_the_bag_into_the_graph(ros_node):
     transcripts = TopicRecorder(ros_node, Transcript, f"{namespace}/transcript", EVENTS)
     run = subprocess.Popen([sys.executable, "-m", "omniflow.cli", "run", "--profile", "replay",
                             "--bag", str(sample("session.mcap")), "--namespace", namespace],
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           start_new_session=True)
     try:
         finals = transcripts.wait_until(
             lambda msgs: sum(m.is_final for m in msgs) >= 2, 180, "two final transcripts")
@@ -27,8 +29,9 @@ def test_run_replay_profile_plays_the_bag_into_the_graph(ros_node):
         run.send_signal(signal.SIGINT)
         output, _ = run.communicate(timeout=60)
     finally:
-        if run.poll() is None:
-            run.kill()
+        if run.poll() is None:  # a failed wait: the node processes must not outlive the test
+            os.killpg(run.pid, signal.SIGKILL)
+            run.wait(10)
     assert run.returncode == 0, output
     assert "started fusion" in output and "started speech" in output
     assert "stopping the nodes" in output
