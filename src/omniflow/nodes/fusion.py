@@ -247,10 +247,10 @@ class FusionNode(LifecycleBase):
         self._pubs = {}
 
     def apply_live(self, changes: dict[str, object]) -> str | None:
+        pipeline = self._pipeline  # one float set: no need to wait for the slice to finish
         if "vision.rate_hz" in changes:
-            with self._core_lock:
-                if self._pipeline is not None:
-                    self._pipeline.set_vision_rate(changes["vision.rate_hz"])
+            if pipeline is not None:
+                pipeline.set_vision_rate(changes["vision.rate_hz"])
             self.get_logger().info(f"encoding {changes['vision.rate_hz']:g} frames/s")
         return None
 
