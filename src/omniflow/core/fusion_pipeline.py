@@ -67,6 +67,7 @@ __all__ = [
     "FusionConfig",
     "FusionEngines",
     "FusionPipeline",
+    "InputSource",
     "audio_features",
 ]
 
@@ -194,6 +195,18 @@ class EchoReference(Protocol):
     def add(self, stamp_ns: int, samples: np.ndarray) -> None: ...
 
 
+class InputSource(Protocol):
+    """Where the caller buffers its inputs between steps (each call takes what is there):
+    the pipeline pulls them at the moments the stages need them, so a chunk that arrives
+    during a pass still joins it."""
+
+    def take_audio(self) -> list[tuple[int, np.ndarray]]: ...
+
+    def take_played(self) -> list[tuple[int, np.ndarray]]: ...
+
+    def take_frame(self) -> tuple[int, np.ndarray] | None: ...
+
+
 @dataclass
 class EchoStage:
     """The echo gate, its reference (fed by :meth:`FusionPipeline.push_played`) and a VAD on
@@ -259,6 +272,9 @@ def _end_ns(stamp_ns: int, samples: np.ndarray) -> int:
 class FusionPipeline:
     """The fusion stages on plain values (see the module docstring for the path of a chunk).
 
+    Inputs come through the ``push_*`` methods (or :meth:`step`'s arguments), or from a
+    ``source`` the pipeline pulls: played blocks and audio at each audio pass (audio again
+    after each chunk), the newest frame at each slice's ingest stage.
     ``stats`` may be shared with the caller (it counts the inputs it rejects there);
     ``first_utterance_id`` lets ids go on increasing across pipelines; ``clock`` (monotonic
     ns) times the prompt audio pass and the slices.
@@ -266,8 +282,10 @@ class FusionPipeline:
 
     def __init__(self, config: FusionConfig, engines: FusionEngines, *,
                  stats: FusionStats | None = None, first_utterance_id: int = 1,
+                 source: InputSource | None = None,
                  clock: Callable[[], int] = time.perf_counter_ns) -> None:
         self.config = config
+        self.source = source
         self.engines = engines
         self.stats = stats if stats is not None else FusionStats()
         self._clock = clock
@@ -389,14 +407,21 @@ class FusionPipeline:
         first, so the reference covers the chunks), then the finals that are ready."""
         self._now_ns = now_ns
         echo = self.engines.echo
+        if self.source is not None:
+            self._played.extend(self.source.take_played())
         played, self._played = self._played, []
         if echo is not None:
             for stamp_ns, samples in played:
                 echo.reference.add(stamp_ns, samples)
             self.stats.played_blocks += len(played)
         try:
-            while self._pending_audio and not self.awaits_reference(*self._pending_audio[0],
+            while True:
+                if self.source is not None:
+                    for stamp_ns, samples in self.source.take_audio():
+                        self.push_audio(stamp_ns, samples)
+                if not self._pending_audio or self.awaits_reference(*self._pending_audio[0],
                                                                     now_ns):
+                    break
                 self._ingest_chunk(*self._pending_audio.popleft())
             if self.engines.recognizer is not None:
                 self._collect_finals()
@@ -560,7 +585,11 @@ class FusionPipeline:
         self._events.append(StageError(stage, err))
 
     def _ingest(self, current: Slice) -> None:
-        """Audio left over (the prompt pass usually took it)."""
+        """The newest frame; audio left over (the prompt pass usually took it)."""
+        if self.source is not None:
+            frame = self.source.take_frame()
+            if frame is not None:
+                self.push_frame(*frame)
         self.process_audio(self._now_ns)
 
     def _encode(self, current: Slice) -> None:

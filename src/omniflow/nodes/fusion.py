@@ -217,7 +217,8 @@ class FusionNode(LifecycleBase):
         with self._core_lock:
             self._pipeline = FusionPipeline(FusionConfig.from_params(p), engines,
                                             stats=self.stats,
-                                            first_utterance_id=self._next_utterance)
+                                            first_utterance_id=self._next_utterance,
+                                            source=self)
         self._pubs = {
             ev.TranscriptEvent: self.create_lifecycle_publisher(Transcript, "transcript", EVENTS),
             Decision: self.create_lifecycle_publisher(Association, "associations", EVENTS),
@@ -266,14 +267,28 @@ class FusionNode(LifecycleBase):
             self._wake.clear()
             if self.stopping.is_set():
                 break
-            with self._lock:
-                inputs = {"played": list(self._played_in), "audio": list(self._audio_in),
-                          "frame": self._frames_in[-1] if self._frames_in else None}
-                for buffer in (self._played_in, self._audio_in, self._frames_in):
-                    buffer.clear()
             with self._core_lock:
                 if self._pipeline is not None:
-                    self._publish(self._pipeline.step(self.now_ns(), prompt=prompt, **inputs))
+                    self._publish(self._pipeline.step(self.now_ns(), prompt=prompt))
+
+    # The pipeline's input source (InputSource): what the callbacks buffered.
+    def take_audio(self) -> list[tuple[int, np.ndarray]]:
+        with self._lock:
+            audio = list(self._audio_in)
+            self._audio_in.clear()
+        return audio
+
+    def take_played(self) -> list[tuple[int, np.ndarray]]:
+        with self._lock:
+            played = list(self._played_in)
+            self._played_in.clear()
+        return played
+
+    def take_frame(self) -> tuple[int, np.ndarray] | None:
+        with self._lock:
+            frame = self._frames_in[-1] if self._frames_in else None
+            self._frames_in.clear()
+        return frame
 
     def _publish(self, events: list[ev.FusionEvent]) -> None:
         """Each event as its message, or as a log line."""
