@@ -437,3 +437,38 @@ def test_speech_is_reported_ongoing_once_per_slice_while_it_lasts():
     ongoing = activity(events, Activity.ONGOING)
     assert all(0 < e.speech_s <= 0.6 for e in ongoing)
     assert pipeline.stats.voice_activity == len(kinds)
+
+
+class Buffers:
+    """An input source whose audio grows while the pipeline reads it (a callback meanwhile)."""
+
+    def __init__(self, audio: list, late: list, frames: list) -> None:
+        self.audio, self.late, self.frames = audio, late, frames
+        self.frames_taken = 0
+
+    def take_audio(self) -> list:
+        audio, self.audio = self.audio, self.late
+        self.late = []
+        return audio
+
+    def take_played(self) -> list:
+        return []
+
+    def take_frame(self):
+        self.frames_taken += 1
+        frame = self.frames[-1] if self.frames else None
+        self.frames = []
+        return frame
+
+
+def test_a_source_is_pulled_again_for_audio_that_arrives_during_the_pass():
+    engines = FusionEngines(ScriptedVad(), ScriptedRecognizer(), ScriptedVision())
+    frames = [(T0, np.zeros((4, 4, 3), np.uint8)), (T0 + 20 * NS_PER_MS, np.zeros((4, 4, 3),
+                                                                                 np.uint8))]
+    source = Buffers([(T0, chunk(QUIET))], [(T0 + CHUNK_NS, chunk(QUIET))], frames)
+    pipeline = FusionPipeline(config(), engines, source=source, clock=lambda: 0)
+    pipeline.step(T0)                       # anchors the slices: no slice ran
+    assert pipeline.ring.stats.inserted == 2 and source.frames_taken == 0
+    pipeline.step(T0 + 2 * CHUNK_NS)        # a slice: the newest frame, at its ingest stage
+    assert source.frames_taken == 1
+    assert engines.vision.stamps == [T0 + 20 * NS_PER_MS]
