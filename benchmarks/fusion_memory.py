@@ -1,15 +1,17 @@
 #!/usr/bin/env python3
 """Resident memory of the fusion pipeline over a long accelerated stream (MB/hour).
 
-The fusion node's slice work, without ROS or DDS: a 128-slot
-:class:`~omniflow.core.tokens.TokenRing`, an :class:`~omniflow.core.association.Associator`
-(80/120 ms window, freshness on), a :class:`~omniflow.core.scheduler.TdmScheduler` at 40 ms,
-the webrtc VAD and the pocketsphinx recogniser on every chunk of speech (partials as they
-change, the final at the end), and the default vision encoder (mediapipe detectors + frame
-descriptor + LSH) on frames at ``--vision-rate``. The stream is real data looped in stream
-time: ``test/data/samples/hello.wav`` followed by ``--gap`` seconds of low noise, again and
-again, in 40 ms chunks; frames of ``test/data/samples/scene.avi`` in a loop. Stream time is
-simulated (no sleeping), so 30 minutes run in a few minutes of CPU.
+The fusion node's pipeline, without ROS or DDS:
+:class:`~omniflow.core.fusion_pipeline.FusionPipeline` with the node's default settings (a
+128-slot token ring, the 80/120 ms association window, 40 ms slices, preroll, the cut at
+15 s, the echo stage unless ``--no-echo``), the webrtc VAD, the pocketsphinx recogniser on
+every chunk of speech (partials as they change, finals handed over as the node does) and the
+default vision encoder (mediapipe detectors + frame descriptor + LSH) on frames at
+``--vision-rate``. The audio runs in the slices' ingest stage (as the node with
+``audio.prompt`` false), so ``stage_ms_mean`` accounts for all the work. The stream is real
+data looped in stream time: ``test/data/samples/hello.wav`` followed by ``--gap`` seconds of
+low noise, again and again, in 40 ms chunks; frames of ``test/data/samples/scene.avi`` in a
+loop. Stream time is simulated (no sleeping), so 30 minutes run in a few minutes of CPU.
 
 Found with this script: after about 100 s of this loop webrtc's adaptive noise model takes the
 steady noise gap for speech and never reports the end; the recogniser then decodes one endless
@@ -25,11 +27,11 @@ minutes, so judge a long run by that). Target: <= 0.03 MB/hour. Prints JSON;
 ``--json PATH`` also writes it. A benchmark prints figures; it does not fail on a slow machine.
 
 Finding where memory goes: ``--vision-rate 0`` (no vision encoder), ``--no-asr`` (VAD only),
-``--asr-engine whisper``; ``--trim`` calls glibc's ``malloc_trim(0)`` before each RSS sample
-(growth that disappears with it is freed heap the allocator kept, not live data);
-``--trace`` starts tracemalloc at the end of the warm-up and reports what Python allocated
-after it and still holds at the end (by line and by file), and the change in the number of
-live objects by type (gc), so Python-level growth is told apart from native growth.
+``--no-echo``, ``--asr-engine whisper``; ``--trim`` calls glibc's ``malloc_trim(0)`` before
+each RSS sample (growth that disappears with it is freed heap the allocator kept, not live
+data); ``--trace`` starts tracemalloc at the end of the warm-up and reports what Python
+allocated after it and still holds at the end (by line and by file), and the change in the
+number of live objects by type (gc), so Python-level growth is told apart from native growth.
 
     .venv/bin/python benchmarks/fusion_memory.py --minutes 30 --json build/bench/fusion_memory.json
 """
@@ -50,20 +52,16 @@ import cv2
 import numpy as np
 import soundfile
 
-from omniflow.core.association import Associator
-from omniflow.core.scheduler import Slice, TdmScheduler
-from omniflow.core.semantic import CODE_BITS, Gate, LshEncoder
-from omniflow.core.tokens import Modality, Token, TokenRing
+from omniflow.core.association import Decision
+from omniflow.core.fusion_events import SceneEvent, TranscriptEvent
+from omniflow.core.fusion_pipeline import FusionConfig, FusionPipeline
+from omniflow.core.timing import CHUNK_SAMPLES, NS_PER_MS, NS_PER_S, NS_PER_SAMPLE, SAMPLE_RATE
 from omniflow.engines.asr import ASR_ENGINES, make_recognizer
-from omniflow.engines.vad import NS_PER_SAMPLE, make_vad
+from omniflow.engines.fusion_engines import EchoSettings, make_fusion_engines
 from omniflow.engines.vision import make_default_encoder
-from omniflow.nodes.fusion import audio_features
 
 SAMPLES = Path(__file__).resolve().parents[1] / "test" / "data" / "samples"
-_MS = 1_000_000
-_NS_PER_S = 1_000_000_000
-CHUNK = 640  # 40 ms at 16 kHz
-MAX_UTTERANCE_NS = 15 * _NS_PER_S  # the node's vad.max_utterance_s default
+CHUNK = CHUNK_SAMPLES  # 40 ms at 16 kHz
 
 
 def rss_mb() -> float:
@@ -76,7 +74,7 @@ def rss_mb() -> float:
 def audio_loop(gap_s: float, seed: int = 0) -> np.ndarray:
     """hello.wav then ``gap_s`` of quiet noise: one period of the looped stream."""
     speech, rate = soundfile.read(SAMPLES / "hello.wav", dtype="int16")
-    assert rate == 16_000
+    assert rate == SAMPLE_RATE
     rng = np.random.default_rng(seed)
     gap = rng.normal(0, 30, int(gap_s * rate)).astype(np.int16)
     period = np.concatenate([speech, gap])
@@ -97,82 +95,41 @@ def video_frames(limit: int = 60) -> list[np.ndarray]:
 
 
 class Pipeline:
-    """The fusion node's four stages on plain values (see the node for the ROS side)."""
+    """The fusion node's pipeline with the node's default settings, counting its events."""
 
-    def __init__(self, vision_rate_hz: float, asr: str | None = "pocketsphinx") -> None:
-        self.ring = TokenRing(128)
-        self.associator = Associator(self.ring, 80 * _MS, 120 * _MS,
-                                     gate=Gate(max_hamming=CODE_BITS),
-                                     modalities=(Modality.VISION,))
-        self.vad = make_vad("webrtc", min_silence_ms=400.0)
-        self.asr = make_recognizer(asr) if asr else None
-        self.vision = make_default_encoder() if vision_rate_hz > 0 else None
-        self.lsh = LshEncoder(16, seed=1)
-        self.vision_period_ns = int(_NS_PER_S / vision_rate_hz) if vision_rate_hz > 0 else 0
-        self.scheduler = TdmScheduler(40 * _MS, ingest=self.ingest, encode=self.encode,
-                                      associate=self.associate, emit=self.emit)
-        self.audio_in: list[tuple[int, np.ndarray]] = []
-        self.frame: tuple[int, np.ndarray] | None = None
-        self.last_vision_ns = 0
-        self.speech_start_ns = 0
-        self.decisions: list = []
-        self.texts: list = []
+    def __init__(self, vision_rate_hz: float, asr: str | None = "pocketsphinx",
+                 echo: bool = True) -> None:
+        engines = make_fusion_engines(
+            vad_engine="webrtc", min_speech_ms=60, min_silence_ms=400,
+            recognizer=(lambda: make_recognizer(asr)) if asr else None,
+            vision=make_default_encoder if vision_rate_hz > 0 else None,
+            echo=EchoSettings() if echo else None)
+        config = FusionConfig(
+            ring_capacity=128, window_before_ns=80 * NS_PER_MS, window_after_ns=120 * NS_PER_MS,
+            slice_ns=40 * NS_PER_MS, max_utterance_ns=15 * NS_PER_S,
+            vision_rate_hz=vision_rate_hz if vision_rate_hz > 0 else 1.0,
+            echo_wait_ns=60 * NS_PER_MS, max_future_ns=NS_PER_S)
+        self.fusion = FusionPipeline(config, engines)
+        self.ring, self.associator = self.fusion.ring, self.fusion.associator
+        self.scheduler = self.fusion.scheduler
         self.counts = {"finals": 0, "partials": 0, "decisions": 0, "vision": 0,
                        "nonempty_finals": 0, "forced_ends": 0}
 
-    def ingest(self, current: Slice) -> None:
-        chunks, self.audio_in = self.audio_in, []
-        for stamp_ns, samples in chunks:
-            code = self.lsh.encode(audio_features(samples))
-            self.ring.insert(Token(stamp_ns, Modality.AUDIO, code))
-            fed = False
-            for event in self.vad.process(samples, stamp_ns):
-                if event.kind == "start":
-                    self.speech_start_ns = event.stamp_ns
-                    if self.asr is not None:
-                        self.asr.start(stamp_ns)
-                    self.associator.request(Token(event.stamp_ns, Modality.AUDIO, code))
-                elif self.asr is not None and self.asr.active:
-                    self._feed(samples)
-                    fed = True
-                    result = self.asr.finish()
-                    self.texts.append((result.text, event.stamp_ns))
+    def step(self, now_ns: int, audio: tuple[int, np.ndarray],
+             frame: tuple[int, np.ndarray] | None) -> None:
+        """One chunk (and the newest frame) in, the events counted."""
+        for event in self.fusion.step(now_ns, audio=[audio], frame=frame, prompt=False):
+            if isinstance(event, TranscriptEvent):
+                if event.final:
                     self.counts["finals"] += 1
-                    self.counts["nonempty_finals"] += bool(result.text)
-            if self.asr is not None and self.asr.active and not fed:
-                self._feed(samples)
-            if self.vad.is_speech and stamp_ns - self.speech_start_ns > MAX_UTTERANCE_NS:
-                self.counts["forced_ends"] += 1  # as the node: final now, VAD reset
-                if self.asr is not None and self.asr.active:
-                    self.asr.finish()
-                    self.counts["finals"] += 1
-                self.vad.reset()
-
-    def _feed(self, samples: np.ndarray) -> None:
-        text = self.asr.feed(samples)
-        if text:
-            self.texts.append((text, None))
-            self.counts["partials"] += 1
-
-    def encode(self, current: Slice) -> None:
-        if self.frame is None or self.vision is None:
-            return
-        stamp_ns, rgb = self.frame
-        if stamp_ns - self.last_vision_ns < self.vision_period_ns * 0.9:
-            return
-        self.frame, self.last_vision_ns = None, stamp_ns
-        result = self.vision.encode(rgb, stamp_ns)
-        summary = tuple((o.kind, o.region) for o in result.observations)
-        self.ring.insert(Token(stamp_ns, Modality.VISION, result.code, summary))
-        self.counts["vision"] += 1
-
-    def associate(self, current: Slice) -> None:
-        self.decisions.extend(self.associator.poll(current.end_ns - 40 * _MS))
-
-    def emit(self, current: Slice) -> None:
-        self.counts["decisions"] += len(self.decisions)
-        self.decisions.clear()
-        self.texts.clear()
+                    self.counts["nonempty_finals"] += bool(event.text)
+                else:
+                    self.counts["partials"] += 1
+            elif isinstance(event, Decision):
+                self.counts["decisions"] += 1
+            elif isinstance(event, SceneEvent):
+                self.counts["vision"] += 1
+        self.counts["forced_ends"] = self.fusion.stats.forced_ends
 
 
 def slope_per_hour(minutes: list[float], values: list[float]) -> float:
@@ -217,18 +174,18 @@ def malloc_trim() -> None:
 
 def run(minutes: float, warmup: float, vision_rate_hz: float, camera_fps: float,
         gap_s: float, asr: str | None = "pocketsphinx", trace: bool = False,
-        trim: bool = False) -> dict[str, object]:
+        trim: bool = False, echo: bool = True) -> dict[str, object]:
     smaps_warm: dict[str, int] | None = None
     audio = audio_loop(gap_s)
     frames = video_frames()
-    pipeline = Pipeline(vision_rate_hz, asr)
+    pipeline = Pipeline(vision_rate_hz, asr, echo)
     traced: dict[str, object] = {}
     snapshot_mid: tracemalloc.Snapshot | None = None
     mid_minute = warmup + (minutes - warmup) / 2
     counts_before: collections.Counter[str] | None = None
-    origin = 1_000 * _NS_PER_S
-    end_ns = origin + int(minutes * 60 * _NS_PER_S)
-    frame_period = int(_NS_PER_S / camera_fps)
+    origin = 1_000 * NS_PER_S
+    end_ns = origin + int(minutes * 60 * NS_PER_S)
+    frame_period = int(NS_PER_S / camera_fps)
     chunk_ns = CHUNK * NS_PER_SAMPLE
     samples_min: list[float] = []
     samples_rss: list[float] = []
@@ -237,23 +194,25 @@ def run(minutes: float, warmup: float, vision_rate_hz: float, camera_fps: float,
     next_frame_ns = origin
     pipeline.scheduler.start(origin)
     wall0 = time.perf_counter()
+    frame = None
     while t_ns < end_ns:
         offset = (chunk_index * CHUNK) % len(audio)
-        pipeline.audio_in.append((t_ns, audio[offset:offset + CHUNK]))
+        chunk = (t_ns, audio[offset:offset + CHUNK])
         chunk_index += 1
         t_ns += chunk_ns
         while next_frame_ns <= t_ns:
-            pipeline.frame = (next_frame_ns, frames[frame_index % len(frames)])
+            frame = (next_frame_ns, frames[frame_index % len(frames)])
             frame_index += 1
             next_frame_ns += frame_period
-        pipeline.scheduler.run_due(t_ns)
+        pipeline.step(t_ns, chunk, frame)
+        frame = None
         if t_ns >= next_sample:
-            minute = (t_ns - origin) / 60 / _NS_PER_S
+            minute = (t_ns - origin) / 60 / NS_PER_S
             if trim:
                 malloc_trim()
             samples_min.append(minute)
             samples_rss.append(rss_mb())
-            next_sample += 60 * _NS_PER_S
+            next_sample += 60 * NS_PER_S
             if smaps_warm is None and minute >= warmup:
                 smaps_warm = smaps_rss()
             if trace and counts_before is None and minute >= warmup:
@@ -295,6 +254,7 @@ def run(minutes: float, warmup: float, vision_rate_hz: float, camera_fps: float,
         "vision_rate_hz": vision_rate_hz,
         "camera_fps": camera_fps,
         "asr": asr,
+        "echo": echo,
         "malloc_trim": trim,
         "rss_growth_by_mapping": smaps_growth(smaps_warm or {}, smaps_end),
         **traced,
@@ -348,6 +308,8 @@ def main() -> None:
     parser.add_argument("--asr-engine", default="pocketsphinx", choices=ASR_ENGINES,
                         help="the recogniser")
     parser.add_argument("--no-asr", action="store_true", help="VAD only, no recogniser")
+    parser.add_argument("--no-echo", action="store_true",
+                        help="no echo stage (the node's echo.enabled false)")
     parser.add_argument("--trace", action="store_true",
                         help="tracemalloc from the end of the warm-up; gc object counts")
     parser.add_argument("--trim", action="store_true",
@@ -356,7 +318,7 @@ def main() -> None:
     args = parser.parse_args()
     result = run(args.minutes, args.warmup, args.vision_rate, args.camera_fps, args.gap,
                  asr=None if args.no_asr else args.asr_engine, trace=args.trace,
-                 trim=args.trim)
+                 trim=args.trim, echo=not args.no_echo)
     text = json.dumps(result, indent=2, default=str)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,629 @@
+"""The fusion pipeline: audio and camera streams -> voice activity, transcripts, scenes and
+explained associations, on plain values.
+
+:class:`FusionPipeline` owns the temporal token ring, the associator, the TDM scheduler,
+the audio tokens, the preroll, the utterance ids, the forced cut at
+``vad.max_utterance_s``, the collection of finals from the recogniser, the echo wait and the
+vision rate gate. The engines come in through the small protocols below (the real ones are
+in ``omniflow.engines`` and ``omniflow.core.echo``; tests script fakes). It has no thread,
+no clock and no I/O: the caller pushes stamped inputs, calls :meth:`FusionPipeline.step`
+with the current stream time and publishes the events it returns
+(:mod:`omniflow.core.fusion_events`). Not thread-safe: one caller at a time.
+
+One microphone chunk takes this path (see :meth:`FusionPipeline.process_audio`):
+
+1. it waits, while the robot speaks, until the played audio covering it has arrived (at most
+   ``echo_wait_ns`` after its end): an echo without its reference would pass as speech;
+2. a stream restart (stamps more than 1 s back) ends the speech and resets the VAD, the
+   preroll and the echo stage;
+3. the echo stage takes the robot's voice out; a VAD on the raw microphone counts the speech
+   starts only the echo made;
+4. the chunk joins the preroll (the VAD confirms a start up to ~0.2 s after it happened)
+   and becomes an audio token in the ring;
+5. the VAD's events: a start opens an utterance (new id), feeds the recogniser the preroll
+   from the start on and requests an association; an end ends the recogniser's utterance
+   without waiting for its final;
+6. speech longer than ``max_utterance_ns`` is cut: END, the utterance ended, the VAD reset;
+7. finals the recogniser has ready are collected, oldest first.
+
+The slices (:class:`~omniflow.core.scheduler.TdmScheduler`) run ingest (audio left over),
+encode (the newest frame, when the vision rate allows), associate (triggers whose window
+closed, one slice of slack for late frames) and emit (transcripts, scenes, decisions and an
+ONGOING while speech lasts). No ROS imports.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Protocol
+
+import numpy as np
+
+from omniflow.core.association import Associator, Decision
+from omniflow.core.fusion_events import (
+    Activity,
+    FusionEvent,
+    FusionStats,
+    RingWarning,
+    SceneEvent,
+    StageError,
+    TranscriptEvent,
+    VoiceActivityEvent,
+)
+from omniflow.core.scene import describe, person_present
+from omniflow.core.scheduler import Slice, TdmScheduler
+from omniflow.core.semantic import CODE_BITS, Gate, LshEncoder
+from omniflow.core.timing import NS_PER_MS, NS_PER_S, NS_PER_SAMPLE
+from omniflow.core.tokens import Modality, Token, TokenRing
+from omniflow.errors import EngineError
+
+__all__ = [
+    "AUDIO_BANDS",
+    "EchoStage",
+    "FusionConfig",
+    "FusionEngines",
+    "FusionPipeline",
+    "InputSource",
+    "audio_features",
+]
+
+# Spectral bands of the audio token's feature vector (what its LSH code hashes).
+AUDIO_BANDS = 16
+# Audio kept for the recogniser: the VAD reports a start up to ~0.2 s after it happened.
+PREROLL_NS = 600 * NS_PER_MS
+# The robot counts as speaking (microphone chunks wait for its reference) this long after
+# the end of the last block it played.
+SPEAKING_NS = 300 * NS_PER_MS
+# A chunk stamped this far before the end of the previous one starts a new stream (a loop).
+RESTART_NS = NS_PER_S
+# Chunks held by the pipeline (waiting for their reference or their slice): 4 s of 40 ms.
+MAX_PENDING_AUDIO = 100
+
+
+# ----------------------------------------------------------------------------- engines
+class SpeechBoundary(Protocol):
+    """A VAD event: ``kind`` is ``"start"`` or ``"end"``."""
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def stamp_ns(self) -> int: ...
+
+
+class VoiceActivityDetector(Protocol):
+    """``omniflow.engines.vad.VoiceActivityDetector``, as far as the pipeline uses it."""
+
+    @property
+    def is_speech(self) -> bool: ...
+
+    def reset(self) -> None: ...
+
+    def process(self, samples: np.ndarray, stamp_ns: int) -> Iterable[SpeechBoundary]: ...
+
+
+class FinalHypothesis(Protocol):
+    """``omniflow.engines.asr.RecognitionResult``: the final text of one utterance."""
+
+    @property
+    def text(self) -> str: ...
+
+    @property
+    def confidence(self) -> float: ...
+
+    @property
+    def words(self) -> Sequence[tuple[str, int, int]]: ...
+
+
+class Recognizer(Protocol):
+    """``omniflow.engines.asr.Recognizer``: ``start`` -> ``feed``... -> ``end``, then
+    ``poll_final`` hands each ended utterance's final over once, in order."""
+
+    @property
+    def active(self) -> bool: ...
+
+    def start(self, stamp_ns: int) -> None: ...
+
+    def feed(self, samples: np.ndarray) -> str | None: ...
+
+    def end(self) -> None: ...
+
+    def poll_final(self) -> FinalHypothesis | None: ...
+
+
+class Observation(Protocol):
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def region(self) -> str | None: ...
+
+    @property
+    def value(self) -> object: ...
+
+
+class EncodedFrame(Protocol):
+    @property
+    def code(self) -> int: ...
+
+    @property
+    def observations(self) -> Sequence[Observation]: ...
+
+
+class VisionEncoder(Protocol):
+    """``omniflow.engines.vision.VisionEncoder``: one RGB frame -> code and observations."""
+
+    def encode(self, rgb: np.ndarray, stamp_ns: int) -> EncodedFrame: ...
+
+
+class EchoOutcome(Protocol):
+    """``omniflow.core.echo.EchoResult``."""
+
+    @property
+    def samples(self) -> np.ndarray: ...
+
+    @property
+    def echo_score(self) -> float: ...
+
+    @property
+    def echo(self) -> bool: ...
+
+    @property
+    def delay_ms(self) -> float: ...
+
+
+class EchoGate(Protocol):
+    """``omniflow.core.echo.EchoGate``: takes the robot's voice out of a microphone chunk."""
+
+    def process(self, samples: np.ndarray, stamp_ns: int) -> EchoOutcome: ...
+
+    def reset(self) -> None: ...
+
+
+class EchoReference(Protocol):
+    """``omniflow.core.echo.EchoReference``: the played audio, by stamp."""
+
+    def __len__(self) -> int: ...
+
+    @property
+    def newest_end_ns(self) -> int: ...
+
+    def add(self, stamp_ns: int, samples: np.ndarray) -> None: ...
+
+
+class InputSource(Protocol):
+    """Where the caller buffers its inputs between steps (each call takes what is there):
+    the pipeline pulls them at the moments the stages need them, so a chunk that arrives
+    during a pass still joins it."""
+
+    def take_audio(self) -> list[tuple[int, np.ndarray]]: ...
+
+    def take_played(self) -> list[tuple[int, np.ndarray]]: ...
+
+    def take_frame(self) -> tuple[int, np.ndarray] | None: ...
+
+
+@dataclass
+class EchoStage:
+    """The echo gate, its reference (fed by :meth:`FusionPipeline.push_played`) and a VAD on
+    the raw microphone (it counts the speech starts the echo alone would have made)."""
+
+    gate: EchoGate
+    reference: EchoReference
+    raw_vad: VoiceActivityDetector
+
+
+@dataclass
+class FusionEngines:
+    """What the pipeline runs; ``recognizer`` None: VAD only; ``vision`` None: no frames
+    encoded; ``echo`` None: no echo stage."""
+
+    vad: VoiceActivityDetector
+    recognizer: Recognizer | None = None
+    vision: VisionEncoder | None = None
+    echo: EchoStage | None = None
+
+
+@dataclass
+class FusionConfig:
+    """The pipeline's settings (the fusion node's parameters of the same meaning)."""
+
+    ring_capacity: int
+    window_before_ns: int
+    window_after_ns: int
+    slice_ns: int
+    max_utterance_ns: int
+    vision_rate_hz: float
+    echo_wait_ns: int
+    max_future_ns: int
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, object]) -> FusionConfig:
+        """From the fusion node's parameter values (dotted names, ms and s units)."""
+        return cls(
+            ring_capacity=int(params["ring.capacity"]),
+            window_before_ns=int(params["window.before_ms"]) * NS_PER_MS,
+            window_after_ns=int(params["window.after_ms"]) * NS_PER_MS,
+            slice_ns=int(params["scheduler.slice_ms"]) * NS_PER_MS,
+            max_utterance_ns=round(float(params["vad.max_utterance_s"]) * NS_PER_S),
+            vision_rate_hz=float(params["vision.rate_hz"]),
+            echo_wait_ns=int(params["echo.wait_ms"]) * NS_PER_MS,
+            max_future_ns=int(params["max_future_ms"]) * NS_PER_MS)
+
+
+def audio_features(samples: np.ndarray) -> np.ndarray:
+    """Log band energies of a chunk (``AUDIO_BANDS`` values), centred: the audio token's
+    embedding, cheap enough for every chunk."""
+    spectrum = np.abs(np.fft.rfft(samples.astype(np.float32) / 32768.0)) ** 2
+    bands = np.array_split(spectrum, AUDIO_BANDS)
+    energy = np.log10(np.array([b.sum() for b in bands], dtype=np.float64) + 1e-10)
+    return energy - energy.mean()
+
+
+def _end_ns(stamp_ns: int, samples: np.ndarray) -> int:
+    return stamp_ns + len(samples) * NS_PER_SAMPLE
+
+
+# ----------------------------------------------------------------------------- pipeline
+class FusionPipeline:
+    """The fusion stages on plain values (see the module docstring for the path of a chunk).
+
+    Inputs come through the ``push_*`` methods (or :meth:`step`'s arguments), or from a
+    ``source`` the pipeline pulls: played blocks and audio at each audio pass (audio again
+    after each chunk), the newest frame at each slice's ingest stage.
+    ``stats`` may be shared with the caller (it counts the inputs it rejects there);
+    ``first_utterance_id`` lets ids go on increasing across pipelines; ``clock`` (monotonic
+    ns) times the prompt audio pass and the slices.
+    """
+
+    def __init__(self, config: FusionConfig, engines: FusionEngines, *,
+                 stats: FusionStats | None = None, first_utterance_id: int = 1,
+                 source: InputSource | None = None,
+                 clock: Callable[[], int] = time.perf_counter_ns) -> None:
+        self.config = config
+        self.source = source
+        self.engines = engines
+        self.stats = stats if stats is not None else FusionStats()
+        self._clock = clock
+        self.ring = TokenRing(config.ring_capacity, max_future_ns=config.max_future_ns)
+        # Cross-modal trigger (audio onset) against vision codes: the Hamming distance between
+        # codes of different embeddings carries no meaning, so the gate accepts on the window
+        # alone (max_hamming = all bits) and the score only orders candidates.
+        self.associator = Associator(
+            self.ring, config.window_before_ns, config.window_after_ns,
+            gate=Gate(max_hamming=CODE_BITS), modalities=(Modality.VISION,))
+        self.scheduler = TdmScheduler(
+            config.slice_ns, ingest=self._ingest, encode=self._encode,
+            associate=self._associate, emit=self._emit, clock=clock,
+            on_error=self._stage_error)
+        self._audio_lsh = LshEncoder(AUDIO_BANDS, seed=1)
+        self._pending_audio: deque[tuple[int, np.ndarray]] = deque()
+        self._played: list[tuple[int, np.ndarray]] = []
+        self._frame: tuple[int, np.ndarray] | None = None
+        self._preroll: deque[tuple[int, np.ndarray]] = deque()
+        self._utterance = first_utterance_id - 1
+        self._speech_start_ns = 0
+        # utterances ended whose final the recogniser has not handed over: (id, start, end)
+        self._finals_due: deque[tuple[int, int, int]] = deque()
+        self._last_audio_end_ns = 0
+        self._last_vision_ns = 0
+        # The raw VAD's current speech run: [the robot was playing, the user VAD heard speech]
+        self._raw_run: list[bool] | None = None
+        self._echo_score = math.nan
+        self._now_ns = 0
+        self._activity: list[VoiceActivityEvent] = []   # handed out after each audio pass
+        self._slice_out: list[FusionEvent] = []          # handed out at the emit stage
+        self._events: list[FusionEvent] = []
+
+    # ----------------------------------------------------------------- state
+    @property
+    def utterance_id(self) -> int:
+        """The id of the current (or last) utterance; 0 before the first."""
+        return self._utterance
+
+    @property
+    def speaking(self) -> bool:
+        """Whether the VAD is inside an utterance."""
+        return self.engines.vad.is_speech
+
+    @property
+    def finals_due(self) -> int:
+        """Utterances ended whose final the recogniser has not handed over yet."""
+        return len(self._finals_due)
+
+    @property
+    def pending_audio(self) -> int:
+        """Chunks waiting (for their reference, or for the slice with ``prompt`` off)."""
+        return len(self._pending_audio)
+
+    def diagnostics(self) -> dict[str, object]:
+        """The ring's, associator's and scheduler's counters, flattened by dotted name."""
+        values: dict[str, object] = {f"ring.{k}": v for k, v in self.ring.stats.as_dict().items()}
+        values.update({f"ring.occupancy.{k}": v for k, v in self.ring.occupancy().items()})
+        values["ring.capacity"] = self.ring.capacity
+        values.update({f"association.{k}": v for k, v in asdict(self.associator.stats).items()})
+        values.update({f"scheduler.{k}": v for k, v in self.scheduler.stats.as_dict().items()})
+        return values
+
+    def set_vision_rate(self, rate_hz: float) -> None:
+        """Frames encoded per second from the next frame on (a live setting)."""
+        self.config.vision_rate_hz = float(rate_hz)
+
+    # ----------------------------------------------------------------- inputs
+    def push_audio(self, stamp_ns: int, samples: np.ndarray) -> None:
+        """A 16 kHz int16 mono microphone chunk whose first sample is at ``stamp_ns``; the
+        oldest waiting chunk is dropped (and counted) beyond ``MAX_PENDING_AUDIO``."""
+        if len(self._pending_audio) >= MAX_PENDING_AUDIO:
+            self._pending_audio.popleft()
+            self.stats.buffer_overflows += 1
+        self._pending_audio.append((stamp_ns, samples))
+
+    def push_played(self, stamp_ns: int, samples: np.ndarray) -> None:
+        """A 16 kHz int16 block the robot played (first sample out at ``stamp_ns``)."""
+        self._played.append((stamp_ns, samples))
+
+    def push_frame(self, stamp_ns: int, rgb: np.ndarray) -> None:
+        """An RGB frame; only the newest one offered before an encode is encoded."""
+        self._frame = (stamp_ns, rgb)
+
+    # ----------------------------------------------------------------- driving
+    def step(self, now_ns: int, *, prompt: bool = True,
+             audio: Iterable[tuple[int, np.ndarray]] = (),
+             played: Iterable[tuple[int, np.ndarray]] = (),
+             frame: tuple[int, np.ndarray] | None = None) -> list[FusionEvent]:
+        """Take the new inputs (as the ``push_*`` methods), run the audio at once
+        (``prompt``) and the slice due at ``now_ns``; return the events made meanwhile, in
+        order. Errors of a stage are counted and returned as :class:`StageError` events; the
+        other stages still run."""
+        for stamp_ns, samples in played:
+            self.push_played(stamp_ns, samples)
+        for stamp_ns, samples in audio:
+            self.push_audio(stamp_ns, samples)
+        if frame is not None:
+            self.push_frame(*frame)
+        if prompt:
+            began = self._clock()
+            try:
+                self.process_audio(now_ns)
+            except Exception as err:  # counted and reported like a stage error
+                self._stage_error("audio", err)
+            spent_ms = (self._clock() - began) / 1e6
+            self.stats.audio_ingest_ms_max = max(self.stats.audio_ingest_ms_max, spent_ms)
+        self._now_ns = now_ns
+        self.scheduler.run_due(now_ns)
+        return self.take_events()
+
+    def take_events(self) -> list[FusionEvent]:
+        """The events made since the last call."""
+        events, self._events = self._events, []
+        return events
+
+    def process_audio(self, now_ns: int) -> None:
+        """Echo stage, VAD and recogniser on every chunk that may go (the played blocks
+        first, so the reference covers the chunks), then the finals that are ready."""
+        self._now_ns = now_ns
+        echo = self.engines.echo
+        if self.source is not None:
+            self._played.extend(self.source.take_played())
+        played, self._played = self._played, []
+        if echo is not None:
+            for stamp_ns, samples in played:
+                echo.reference.add(stamp_ns, samples)
+            self.stats.played_blocks += len(played)
+        try:
+            while True:
+                if self.source is not None:
+                    for stamp_ns, samples in self.source.take_audio():
+                        self.push_audio(stamp_ns, samples)
+                if not self._pending_audio or self.awaits_reference(*self._pending_audio[0],
+                                                                    now_ns):
+                    break
+                self._ingest_chunk(*self._pending_audio.popleft())
+            if self.engines.recognizer is not None:
+                self._collect_finals()
+        finally:
+            self._hand_out_activity()
+
+    def awaits_reference(self, stamp_ns: int, samples: np.ndarray, now_ns: int) -> bool:
+        """True while the robot speaks, the played audio covering this chunk has not arrived
+        yet, and the chunk has waited less than ``echo_wait_ns`` after its end."""
+        echo = self.engines.echo
+        if echo is None or not len(echo.reference):
+            return False
+        end_ns = _end_ns(stamp_ns, samples)
+        newest = echo.reference.newest_end_ns
+        if newest >= end_ns or newest < stamp_ns - SPEAKING_NS:
+            return False
+        return now_ns - end_ns < self.config.echo_wait_ns
+
+    # ----------------------------------------------------------------- one chunk
+    def _ingest_chunk(self, stamp_ns: int, samples: np.ndarray) -> None:
+        vad, asr = self.engines.vad, self.engines.recognizer
+        end_ns = _end_ns(stamp_ns, samples)
+        if stamp_ns < self._last_audio_end_ns - RESTART_NS:
+            self._restart()
+        self._last_audio_end_ns = end_ns
+        samples = self._remove_echo(samples, stamp_ns)
+        self._preroll.append((stamp_ns, samples))
+        while self._preroll and self._preroll[0][0] < end_ns - PREROLL_NS:
+            self._preroll.popleft()
+        code = self._audio_lsh.encode(audio_features(samples))
+        self._insert(Token(stamp_ns, Modality.AUDIO, code))
+        fed = False
+        for event in vad.process(samples, stamp_ns):
+            if event.kind == "start":
+                self._start_utterance(event.stamp_ns, end_ns)
+                fed = asr is not None
+                self.associator.request(Token(event.stamp_ns, Modality.AUDIO, code))
+            else:
+                if asr is not None and asr.active and not fed:
+                    self._feed(samples, end_ns)
+                    fed = True
+                self.stats.speech_ends += 1
+                self._activity_event(Activity.END, event.stamp_ns)
+                if asr is not None and asr.active:
+                    self._end_utterance(event.stamp_ns)
+        if asr is not None and asr.active and not fed:
+            self._feed(samples, end_ns)
+        if self._raw_run is not None and vad.is_speech:
+            self._raw_run[1] = True
+        if vad.is_speech and end_ns - self._speech_start_ns > self.config.max_utterance_ns:
+            self._cut_utterance(end_ns)
+
+    def _restart(self) -> None:
+        """The stream went back in time (a loop, a restarted source): end the speech and
+        forget the detector, preroll and echo state."""
+        if self.engines.vad.is_speech:
+            self._activity_event(Activity.END, self._last_audio_end_ns)
+        self.engines.vad.reset()
+        self._preroll.clear()
+        if self.engines.echo is not None:
+            self.engines.echo.gate.reset()
+            self.engines.echo.raw_vad.reset()
+            self._raw_run = None
+
+    def _start_utterance(self, start_ns: int, heard_until_ns: int) -> None:
+        """A new utterance: START, and the recogniser fed from the preroll at its start."""
+        self.stats.speech_starts += 1
+        self._speech_start_ns = start_ns
+        self._utterance += 1
+        self._activity_event(Activity.START, start_ns, heard_until_ns)
+        asr = self.engines.recognizer
+        if asr is None:
+            return
+        first = [(s, x) for s, x in self._preroll if _end_ns(s, x) > start_ns]
+        asr.start(first[0][0])
+        for _, x in first:
+            self._feed(x, heard_until_ns)
+
+    def _remove_echo(self, samples: np.ndarray, stamp_ns: int) -> np.ndarray:
+        """The chunk with the robot's voice taken out (unchanged without an echo stage);
+        counts the speech starts that only the echo made."""
+        echo = self.engines.echo
+        if echo is None:
+            return samples
+        result = echo.gate.process(samples, stamp_ns)
+        self._echo_score = result.echo_score
+        if result.echo:
+            self.stats.echo_chunks += 1
+        if not math.isnan(result.delay_ms):
+            self.stats.echo_delay_ms = result.delay_ms
+        for event in echo.raw_vad.process(samples, stamp_ns):
+            if event.kind == "start":
+                self._raw_run = [not math.isnan(result.echo_score), False]
+            elif self._raw_run is not None:
+                played, heard = self._raw_run
+                if played and not heard:
+                    self.stats.echo_suppressed_starts += 1
+                self._raw_run = None
+        return result.samples
+
+    def _cut_utterance(self, end_ns: int) -> None:
+        """End an utterance that lasted too long: final transcript now, VAD from scratch."""
+        self.stats.forced_ends += 1
+        self._activity_event(Activity.END, end_ns, cut=True)
+        asr = self.engines.recognizer
+        if asr is not None and asr.active:
+            self._end_utterance(end_ns)
+        self.engines.vad.reset()
+
+    def _feed(self, samples: np.ndarray, end_ns: int) -> None:
+        text = self.engines.recognizer.feed(samples)
+        if text:
+            self.stats.partials += 1
+            self._slice_out.append(TranscriptEvent(
+                self._utterance, self._now_ns, self._speech_start_ns, end_ns, text, False))
+
+    def _end_utterance(self, end_ns: int) -> None:
+        """End the recogniser's utterance without waiting for its final (Whisper decodes on
+        its own thread); :meth:`_collect_finals` hands it over in a later pass."""
+        self.engines.recognizer.end()
+        self._finals_due.append((self._utterance, self._speech_start_ns, end_ns))
+
+    def _collect_finals(self) -> None:
+        """Hand over the finals the recogniser has ready, oldest first; an error loses that
+        utterance's final (and propagates, to be counted)."""
+        while self._finals_due:
+            try:
+                result = self.engines.recognizer.poll_final()
+            except EngineError:
+                self._finals_due.popleft()
+                raise
+            if result is None:
+                return
+            utterance, start_ns, end_ns = self._finals_due.popleft()
+            self.stats.finals += 1
+            self._slice_out.append(TranscriptEvent(
+                utterance, self._now_ns, start_ns, end_ns, result.text, True,
+                float(result.confidence), tuple((w, s, e) for w, s, e in result.words)))
+
+    def _activity_event(self, kind: Activity, stamp_ns: int, heard_until_ns: int | None = None,
+                        *, cut: bool = False) -> None:
+        until = stamp_ns if heard_until_ns is None else heard_until_ns
+        self._activity.append(VoiceActivityEvent(
+            kind, stamp_ns, self._utterance, self._speech_start_ns,
+            max(until - self._speech_start_ns, 0) / NS_PER_S, self._echo_score, cut))
+
+    def _hand_out_activity(self) -> None:
+        activity, self._activity = self._activity, []
+        self.stats.voice_activity += len(activity)
+        self._events.extend(activity)
+
+    def _insert(self, token: Token) -> None:
+        try:
+            self.ring.insert(token, now_ns=self._now_ns)
+        except ValueError as err:  # counted by the ring
+            self._events.append(RingWarning(str(err)))
+
+    # ----------------------------------------------------------------- slice stages
+    def _stage_error(self, stage: str, err: Exception) -> None:
+        self.stats.engine_errors += 1
+        self._events.append(StageError(stage, err))
+
+    def _ingest(self, current: Slice) -> None:
+        """The newest frame; audio left over (the prompt pass usually took it)."""
+        if self.source is not None:
+            frame = self.source.take_frame()
+            if frame is not None:
+                self.push_frame(*frame)
+        self.process_audio(self._now_ns)
+
+    def _encode(self, current: Slice) -> None:
+        """Encode the newest frame when the vision rate allows."""
+        vision, frame = self.engines.vision, self._frame
+        if vision is None or frame is None:
+            return
+        stamp_ns, rgb = frame
+        since = stamp_ns - self._last_vision_ns
+        if 0 <= since < NS_PER_S / self.config.vision_rate_hz * 0.9:  # < 0: a loop
+            return
+        self._frame = None
+        self._last_vision_ns = stamp_ns
+        result = vision.encode(rgb, stamp_ns)
+        self.stats.vision_encoded += 1
+        summary = tuple((o.kind, o.region if o.value is None else str(o.value))
+                        for o in result.observations)
+        self._insert(Token(stamp_ns, Modality.VISION, result.code, summary))
+        phrases, sentence = describe(summary)
+        self._slice_out.append(SceneEvent(stamp_ns, int(result.code), tuple(phrases),
+                                          sentence, person_present(summary)))
+
+    def _associate(self, current: Slice) -> None:
+        """Decide the triggers whose window has closed (one slice of slack for late frames)."""
+        self._slice_out.extend(self.associator.poll(current.end_ns - self.scheduler.slice_ns))
+
+    def _emit(self, current: Slice) -> None:
+        out, self._slice_out = self._slice_out, []
+        for event in out:
+            if isinstance(event, SceneEvent):
+                self.stats.scenes += 1
+            elif isinstance(event, Decision):
+                self.stats.associations += 1
+        self._events.extend(out)
+        if self.engines.vad.is_speech:
+            self._activity_event(Activity.ONGOING, self._last_audio_end_ns)
+        self._hand_out_activity()

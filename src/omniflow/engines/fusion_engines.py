@@ -1,0 +1,76 @@
+"""The engines of the fusion pipeline, made from settings: VAD, recogniser, vision, echo.
+
+:func:`fusion_engines_from_params` reads the fusion node's parameters (dotted names);
+:func:`make_fusion_engines` takes the choices one by one (benchmarks). Both raise
+ConfigError or EngineError when an engine cannot be made. No ROS imports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from omniflow.core.echo import EchoGate, EchoReference
+from omniflow.core.fusion_pipeline import EchoStage, FusionEngines
+from omniflow.core.timing import SAMPLE_RATE
+from omniflow.engines.asr import Recognizer, make_recognizer
+from omniflow.engines.vad import make_vad
+from omniflow.engines.vision import VisionEncoder, make_default_encoder
+
+__all__ = ["EchoSettings", "fusion_engines_from_params", "make_fusion_engines"]
+
+# Played audio kept as the echo reference beyond the longest delay and reverberation.
+REFERENCE_SLACK_MS = 1000
+
+
+@dataclass(frozen=True)
+class EchoSettings:
+    """The echo stage's settings (``echo.*`` parameters of the fusion node)."""
+
+    suppress_score: float = 0.7
+    max_delay_ms: float = 300.0
+    reverb_ms: float = 320.0
+
+
+def make_fusion_engines(*, vad_engine: str, min_speech_ms: float, min_silence_ms: float,
+                        recognizer: Callable[[], Recognizer] | None = None,
+                        vision: Callable[[], VisionEncoder] | None = None,
+                        echo: EchoSettings | None = None) -> FusionEngines:
+    """The engines: a ``vad_engine`` VAD with these timings, the recogniser and vision
+    encoder the factories make (none without one) and an echo stage with ``echo``."""
+    timing = {"min_speech_ms": float(min_speech_ms), "min_silence_ms": float(min_silence_ms)}
+    vad = make_vad(vad_engine, **timing)
+    asr = recognizer() if recognizer is not None else None
+    encoder = vision() if vision is not None else None
+    stage = None
+    if echo is not None:
+        reference = EchoReference(echo.max_delay_ms + echo.reverb_ms + REFERENCE_SLACK_MS,
+                                  SAMPLE_RATE)
+        gate = EchoGate(reference, suppress_score=echo.suppress_score,
+                        max_delay_ms=echo.max_delay_ms, reverb_ms=echo.reverb_ms)
+        stage = EchoStage(gate, reference, make_vad(vad_engine, **timing))
+    return FusionEngines(vad, asr, encoder, stage)
+
+
+def fusion_engines_from_params(params: Mapping[str, object],
+                               vision_factory: Callable[[], VisionEncoder] | None = None
+                               ) -> FusionEngines:
+    """The engines the fusion node's parameters describe; ``vision_factory`` replaces the
+    default vision encoder (tests)."""
+    p = params
+
+    def recognizer() -> Recognizer:
+        return make_recognizer(
+            p["asr.engine"], grammar_path=p["asr.grammar_path"] or None,
+            whisper_model_path=p["asr.whisper.model_path"] or None,
+            whisper_threads=p["asr.whisper.threads"],
+            whisper_beam_size=p["asr.whisper.beam_size"],
+            whisper_partial_interval_ms=p["asr.whisper.partial_interval_ms"])
+
+    echo = EchoSettings(p["echo.suppress_score"], p["echo.max_delay_ms"],
+                        p["echo.reverb_ms"]) if p["echo.enabled"] else None
+    return make_fusion_engines(
+        vad_engine=p["vad.engine"], min_speech_ms=p["vad.min_speech_ms"],
+        min_silence_ms=p["vad.min_silence_ms"], recognizer=recognizer,
+        vision=(vision_factory or make_default_encoder) if p["vision.enabled"] else None,
+        echo=echo)

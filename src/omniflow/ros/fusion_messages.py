@@ -1,0 +1,191 @@
+"""The fusion node's messages <-> plain values: input checks and the pipeline's events.
+
+The checks return ``(problem, None)`` or ``(None, value)`` so that the node counts and logs
+a rejection without an exception per bad message; the builders turn
+:mod:`omniflow.core.fusion_events` into ``omniflow/msg`` messages field for field.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import numpy as np
+from builtin_interfaces.msg import Duration
+from sensor_msgs.msg import Image
+
+from omniflow.core import audio_format, image_codec
+from omniflow.core.association import Decision
+from omniflow.core.association import TokenRef as CoreTokenRef
+from omniflow.core.fusion_events import (
+    FusionStats,
+    SceneEvent,
+    TranscriptEvent,
+    VoiceActivityEvent,
+)
+from omniflow.core.scene import phrase
+from omniflow.core.throttle import KindThrottle
+from omniflow.core.timing import NS_PER_MS, NS_PER_S, SAMPLE_RATE
+from omniflow.core.tokens import Modality
+from omniflow.errors import AudioFormatError, ImageFormatError
+from omniflow.msg import (
+    Association,
+    AudioChunk,
+    Scene,
+    TokenRef,
+    Transcript,
+    TranscriptWord,
+    VoiceActivity,
+)
+from omniflow.ros.conversions import (
+    audio_samples,
+    header,
+    image_pixels,
+    ns_from_time,
+    time_from_ns,
+)
+
+__all__ = [
+    "IMAGE_ENCODINGS",
+    "InputChecker",
+    "association_msg",
+    "check_audio",
+    "check_image",
+    "scene_msg",
+    "stamp_problem",
+    "transcript_msg",
+    "voice_activity_msg",
+]
+
+#: Image encodings the fusion node accepts (converted to rgb8).
+IMAGE_ENCODINGS = ("rgb8", "bgr8", "mono8")
+
+
+def stamp_problem(stamp_ns: int, now_ns: int, max_future_ns: int) -> str | None:
+    """Why an input stamp is refused (zero, or too far ahead of ``now_ns``), or None."""
+    if stamp_ns <= 0:
+        return "header.stamp is zero (no capture time)"
+    ahead = stamp_ns - now_ns
+    if ahead > max_future_ns:
+        return (f"header.stamp is {ahead / NS_PER_MS:.0f} ms ahead of the node clock "
+                f"(at most {max_future_ns // NS_PER_MS} ms allowed)")
+    return None
+
+
+def check_audio(msg: AudioChunk, any_rate: bool = False
+                ) -> tuple[str | None, np.ndarray | None]:
+    """(problem, None) or (None, 1-D int16 samples) for one chunk: at 16 kHz unless
+    ``any_rate`` (then at ``msg.sample_rate``, which must be positive)."""
+    if any_rate and msg.sample_rate <= 0:
+        return f"sample_rate {msg.sample_rate} Hz; expected a positive rate", None
+    if not any_rate and msg.sample_rate != SAMPLE_RATE:
+        return f"sample_rate {msg.sample_rate} Hz; expected {SAMPLE_RATE} Hz", None
+    if msg.channels != 1:
+        return f"{msg.channels} channels; expected mono", None
+    if len(msg.data) == 0:
+        return "empty chunk (no samples)", None
+    try:
+        samples = audio_samples(msg)[:, 0]
+    except AudioFormatError as err:
+        return str(err), None
+    if msg.format == audio_format.FORMAT_F32LE:
+        if not np.all(np.isfinite(samples)):
+            return "samples contain NaN or infinity", None
+        samples = np.clip(np.round(samples * 32768.0), -32768, 32767).astype(np.int16)
+    return None, np.ascontiguousarray(samples, dtype=np.int16)
+
+
+def check_image(msg: Image) -> tuple[str | None, np.ndarray | None]:
+    """(problem, None) or (None, an RGB uint8 array) for one frame."""
+    if msg.width == 0 or msg.height == 0:
+        return f"zero size ({msg.width}x{msg.height})", None
+    if msg.encoding not in IMAGE_ENCODINGS:
+        return (f"unknown encoding {msg.encoding!r}; allowed: {', '.join(IMAGE_ENCODINGS)}",
+                None)
+    try:
+        pixels = image_pixels(msg)
+        return None, image_codec.convert(np.asarray(pixels), msg.encoding, "rgb8")
+    except (ImageFormatError, ValueError) as err:
+        return str(err), None
+
+
+class InputChecker:
+    """Checks the fusion node's inputs: the stamp, then the message's own check; counts each
+    rejection in ``stats`` (under ``lock``) and logs why, at most once per ``throttle_s``
+    for each kind of problem (numbers aside), so a flood of one never hides another."""
+
+    _COUNTERS = {"audio": "rejected_audio", "played": "rejected_played",
+                 "image": "rejected_images"}
+    _WHAT = {"audio": "audio chunk", "played": "played_audio block", "image": "image"}
+
+    def __init__(self, stats: FusionStats, lock: threading.Lock, now_ns: Callable[[], int],
+                 max_future_ns: int, warn: Callable[[str], None],
+                 throttle_s: float = 5.0) -> None:
+        self.stats, self._lock, self._now_ns = stats, lock, now_ns
+        self.max_future_ns = max_future_ns
+        self._warn = warn
+        self._throttle = KindThrottle(throttle_s)
+
+    def __call__(self, kind: str, msg: AudioChunk | Image,
+                 check: Callable[[object], tuple[str | None, object]]
+                 ) -> tuple[int, np.ndarray] | None:
+        """(stamp ns, checked value) of a message that passes; None once counted."""
+        stamp_ns = ns_from_time(msg.header.stamp)
+        problem = stamp_problem(stamp_ns, self._now_ns(), self.max_future_ns)
+        value = None
+        if problem is None:
+            problem, value = check(msg)
+        if problem is None:
+            return stamp_ns, value
+        with self._lock:
+            counter = self._COUNTERS[kind]
+            setattr(self.stats, counter, getattr(self.stats, counter) + 1)
+            self.stats.last_reject_reason = f"{kind}: {problem}"
+            due = self._throttle.due(f"{kind}: {problem}", time.monotonic())
+        if due:
+            self._warn(f"{self._WHAT[kind]} rejected: {problem}")
+        return None
+
+
+def voice_activity_msg(event: VoiceActivityEvent) -> VoiceActivity:
+    return VoiceActivity(header=header(event.stamp_ns, "microphone"), event=int(event.kind),
+                         utterance_id=event.utterance_id, start=time_from_ns(event.start_ns),
+                         speech_s=event.speech_s, echo_score=event.echo_score)
+
+
+def transcript_msg(event: TranscriptEvent) -> Transcript:
+    words = [TranscriptWord(word=w, start=time_from_ns(s), end=time_from_ns(e),
+                            confidence=float("nan")) for w, s, e in event.words]
+    return Transcript(header=header(event.stamp_ns, "microphone"),
+                      utterance_id=event.utterance_id, start=time_from_ns(event.start_ns),
+                      end=time_from_ns(event.end_ns), text=event.text,
+                      confidence=event.confidence, is_final=event.final, words=words)
+
+
+def scene_msg(event: SceneEvent) -> Scene:
+    return Scene(header=header(event.stamp_ns, "camera"), code=event.code,
+                 observations=list(event.observations), description=event.description,
+                 person_present=event.person_present)
+
+
+def _duration(ns: int) -> Duration:
+    sec, nanosec = divmod(int(ns), NS_PER_S)
+    return Duration(sec=sec, nanosec=nanosec)
+
+
+def _token_ref(ref: CoreTokenRef) -> TokenRef:
+    summary = ""
+    if ref.modality == Modality.VISION and isinstance(ref.payload, tuple):
+        summary = "; ".join(dict.fromkeys(phrase(kind, region) for kind, region in ref.payload))
+    return TokenRef(modality=int(ref.modality), stamp=time_from_ns(ref.stamp_ns),
+                    code=int(ref.code), resolution=int(ref.resolution), score=float(ref.score),
+                    chosen=ref.chosen, reason=ref.reason, summary=summary)
+
+
+def association_msg(decision: Decision) -> Association:
+    return Association(header=header(decision.decided_ns, ""),
+                       decision_id=decision.decision_id, trigger=_token_ref(decision.trigger),
+                       window_before=_duration(decision.window_before_ns),
+                       window_after=_duration(decision.window_after_ns),
+                       candidates=[_token_ref(c) for c in decision.candidates])

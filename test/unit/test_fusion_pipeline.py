@@ -1,0 +1,474 @@
+"""The fusion pipeline (tier 1, no ROS) with scripted engines: preroll, the forced cut at
+``vad.max_utterance_s``, stream restarts, the echo wait, finals handed over late, the vision
+rate and the association window."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+
+from omniflow.core.association import Decision
+from omniflow.core.fusion_events import (
+    Activity,
+    SceneEvent,
+    StageError,
+    TranscriptEvent,
+    VoiceActivityEvent,
+)
+from omniflow.core.fusion_pipeline import (
+    PREROLL_NS,
+    EchoStage,
+    FusionConfig,
+    FusionEngines,
+    FusionPipeline,
+)
+from omniflow.core.timing import CHUNK_SAMPLES, NS_PER_MS, NS_PER_S, NS_PER_SAMPLE
+from omniflow.core.tokens import Modality
+from omniflow.errors import EngineError
+
+CHUNK_NS = CHUNK_SAMPLES * NS_PER_SAMPLE  # 40 ms
+T0 = 1_000 * NS_PER_S
+LOUD, QUIET = 8000, 0
+
+
+# ----------------------------------------------------------------------------- fakes
+@dataclass(frozen=True)
+class Boundary:
+    kind: str
+    stamp_ns: int
+
+
+class ScriptedVad:
+    """Loud chunks are speech: ``confirm`` loud chunks in a row start it (stamped at the
+    first), ``hang`` quiet ones end it (stamped at the end of the last loud one)."""
+
+    def __init__(self, confirm: int = 3, hang: int = 5) -> None:
+        self.confirm, self.hang = confirm, hang
+        self.resets = 0
+        self._reset_state()
+
+    def _reset_state(self) -> None:
+        self.is_speech = False
+        self._run: list[int] = []
+        self._quiet = 0
+        self._last_loud_end = 0
+
+    def reset(self) -> None:
+        self.resets += 1
+        self._reset_state()
+
+    def process(self, samples: np.ndarray, stamp_ns: int) -> list[Boundary]:
+        loud = int(np.abs(samples).max()) >= LOUD
+        end_ns = stamp_ns + len(samples) * NS_PER_SAMPLE
+        if not self.is_speech:
+            self._run = [*self._run, stamp_ns] if loud else []
+            if len(self._run) >= self.confirm:
+                self.is_speech, self._quiet, self._last_loud_end = True, 0, end_ns
+                return [Boundary("start", self._run[0])]
+            return []
+        if loud:
+            self._quiet, self._last_loud_end = 0, end_ns
+            return []
+        self._quiet += 1
+        if self._quiet >= self.hang:
+            self.is_speech, self._run = False, []
+            return [Boundary("end", self._last_loud_end)]
+        return []
+
+
+@dataclass(frozen=True)
+class Final:
+    text: str
+    confidence: float = 0.9
+    words: tuple = ()
+
+
+class ScriptedRecognizer:
+    """Keeps what each utterance was fed; a partial per chunk; finals held while ``hold``."""
+
+    def __init__(self) -> None:
+        self.active = False
+        self.utterances: list[dict] = []
+        self.ended: list[Final] = []
+        self.hold = False
+        self.fail_next_poll = False
+
+    def start(self, stamp_ns: int) -> None:
+        self.active = True
+        self.utterances.append({"start_ns": stamp_ns, "chunks": []})
+
+    def feed(self, samples: np.ndarray) -> str | None:
+        chunks = self.utterances[-1]["chunks"]
+        chunks.append(samples)
+        return f"u{len(self.utterances)} {len(chunks)}"
+
+    def end(self) -> None:
+        self.active = False
+        self.ended.append(Final(f"utterance {len(self.utterances)}"))
+
+    def poll_final(self) -> Final | None:
+        if self.fail_next_poll:
+            self.fail_next_poll = False
+            raise EngineError("decoder crashed")
+        if self.hold or not self.ended:
+            return None
+        return self.ended.pop(0)
+
+
+@dataclass(frozen=True)
+class Seen:
+    kind: str
+    region: str | None = None
+    value: object = None
+
+
+@dataclass(frozen=True)
+class Encoded:
+    code: int
+    observations: tuple
+
+
+class ScriptedVision:
+    def __init__(self) -> None:
+        self.stamps: list[int] = []
+
+    def encode(self, rgb: np.ndarray, stamp_ns: int) -> Encoded:
+        self.stamps.append(stamp_ns)
+        return Encoded(len(self.stamps), (Seen("face"), Seen("hand", "top-left")))
+
+
+@dataclass
+class PlayedReference:
+    blocks: list[tuple[int, int]] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.blocks)
+
+    @property
+    def newest_end_ns(self) -> int:
+        return max((end for _, end in self.blocks), default=0)
+
+    def add(self, stamp_ns: int, samples: np.ndarray) -> None:
+        self.blocks.append((stamp_ns, stamp_ns + len(samples) * NS_PER_SAMPLE))
+
+
+@dataclass(frozen=True)
+class EchoOut:
+    samples: np.ndarray
+    echo_score: float
+    echo: bool
+    delay_ms: float
+
+
+class PassGate:
+    """Leaves the audio as it is; scores 1.0 (echo) where the reference covers the chunk."""
+
+    def __init__(self, reference: PlayedReference) -> None:
+        self.reference = reference
+        self.resets = 0
+        self.seen: list[int] = []
+
+    def process(self, samples: np.ndarray, stamp_ns: int) -> EchoOut:
+        self.seen.append(stamp_ns)
+        covered = any(s <= stamp_ns < e for s, e in self.reference.blocks)
+        return EchoOut(samples, 1.0 if covered else math.nan, covered, 20.0 if covered
+                       else math.nan)
+
+    def reset(self) -> None:
+        self.resets += 1
+
+
+# ----------------------------------------------------------------------------- driving
+def config(**overrides) -> FusionConfig:
+    values = dict(ring_capacity=128, window_before_ns=80 * NS_PER_MS,
+                  window_after_ns=120 * NS_PER_MS, slice_ns=40 * NS_PER_MS,
+                  max_utterance_ns=15 * NS_PER_S, vision_rate_hz=5.0,
+                  echo_wait_ns=60 * NS_PER_MS, max_future_ns=NS_PER_S)
+    values.update(overrides)
+    return FusionConfig(**values)
+
+
+def make(vad: ScriptedVad | None = None, *, echo: bool = False, vision: bool = False,
+         **overrides) -> tuple[FusionPipeline, FusionEngines]:
+    engines = FusionEngines(vad or ScriptedVad(), ScriptedRecognizer(),
+                            ScriptedVision() if vision else None)
+    if echo:
+        reference = PlayedReference()
+        engines.echo = EchoStage(PassGate(reference), reference, ScriptedVad())
+    return FusionPipeline(config(**overrides), engines, clock=lambda: 0), engines
+
+
+def chunk(level: int, index: int = 0) -> np.ndarray:
+    """A chunk at ``level`` whose first sample tells its index (to follow it through)."""
+    samples = np.full(CHUNK_SAMPLES, level, dtype=np.int16)
+    samples[0] = index
+    return samples
+
+
+def feed(pipeline: FusionPipeline, levels: list[int], start_ns: int = T0,
+         frames_every_ns: int = 0) -> list:
+    """Push one chunk per level from ``start_ns`` and step at each chunk's end; frames (a
+    blank image) every ``frames_every_ns``; return every event."""
+    events = []
+    next_frame = start_ns
+    for i, level in enumerate(levels):
+        stamp = start_ns + i * CHUNK_NS
+        frame = None
+        if frames_every_ns and next_frame <= stamp:
+            frame = (next_frame, np.zeros((4, 4, 3), np.uint8))
+            next_frame += frames_every_ns
+        events += pipeline.step(stamp + CHUNK_NS, audio=[(stamp, chunk(level, i))],
+                                frame=frame)
+    return events
+
+
+def of(events: list, kind: type) -> list:
+    return [e for e in events if isinstance(e, kind)]
+
+
+def activity(events: list, kind: Activity) -> list[VoiceActivityEvent]:
+    return [e for e in of(events, VoiceActivityEvent) if e.kind == kind]
+
+
+# ----------------------------------------------------------------------------- tests
+@pytest.mark.parametrize("confirm", [1, 3, 8])
+def test_the_recogniser_gets_the_speech_from_its_first_chunk_through_the_preroll(confirm):
+    pipeline, engines = make(ScriptedVad(confirm=confirm))
+    events = feed(pipeline, [QUIET] * 20 + [LOUD] * 20 + [QUIET] * 10)
+    first_loud = T0 + 20 * CHUNK_NS
+    start, = activity(events, Activity.START)
+    assert start.stamp_ns == first_loud and start.utterance_id == 1
+    assert start.speech_s == pytest.approx(confirm * CHUNK_NS / NS_PER_S)
+    utterance, = engines.recognizer.utterances
+    assert utterance["start_ns"] == first_loud
+    fed = [int(c[0]) for c in utterance["chunks"]]
+    assert fed[:20] == list(range(20, 40))  # every loud chunk, in order, none twice
+    final, = [e for e in of(events, TranscriptEvent) if e.final]
+    assert (final.utterance_id, final.start_ns) == (1, first_loud)
+    assert final.end_ns == T0 + 40 * CHUNK_NS
+    assert pipeline.stats.speech_starts == pipeline.stats.speech_ends == 1
+
+
+def test_a_start_older_than_the_preroll_feeds_what_the_preroll_kept():
+    confirm = PREROLL_NS // CHUNK_NS + 5
+    pipeline, engines = make(ScriptedVad(confirm=confirm))
+    feed(pipeline, [LOUD] * (confirm + 2))
+    utterance, = engines.recognizer.utterances
+    assert T0 < utterance["start_ns"] <= T0 + (confirm - PREROLL_NS // CHUNK_NS) * CHUNK_NS
+
+
+@pytest.mark.parametrize("max_s", [2, 3])
+def test_speech_longer_than_max_utterance_is_cut_and_still_gets_its_final(max_s):
+    pipeline, engines = make(ScriptedVad(confirm=1), max_utterance_ns=max_s * NS_PER_S)
+    events = feed(pipeline, [LOUD] * (max_s * 25 + 10) + [QUIET] * 10)
+    cut, = [e for e in activity(events, Activity.END) if e.cut]
+    assert cut.utterance_id == 1
+    assert cut.stamp_ns - T0 > max_s * NS_PER_S
+    assert cut.stamp_ns - T0 <= max_s * NS_PER_S + CHUNK_NS
+    assert pipeline.stats.forced_ends == 1
+    assert engines.vad.resets == 1
+    finals = [e for e in of(events, TranscriptEvent) if e.final]
+    assert [f.utterance_id for f in finals] == [1, 2]  # the cut one, then the rest
+    assert finals[0].end_ns == cut.stamp_ns
+    starts = activity(events, Activity.START)
+    assert [s.utterance_id for s in starts] == [1, 2]
+    assert starts[1].stamp_ns == cut.stamp_ns  # the VAD starts afresh on the next chunk
+
+
+@pytest.mark.parametrize("speaking", [True, False])
+def test_a_stream_that_goes_back_in_time_ends_speech_and_starts_afresh(speaking):
+    pipeline, engines = make(ScriptedVad(confirm=2), echo=True)
+    levels = [QUIET] * 5 + [LOUD] * 10 + ([] if speaking else [QUIET] * 10)
+    events = feed(pipeline, levels)
+    last_end = T0 + len(levels) * CHUNK_NS
+    resets = engines.vad.resets
+    later = feed(pipeline, [LOUD] * 5 + [QUIET] * 10, start_ns=T0 - 10 * NS_PER_S)
+    ends = activity(later, Activity.END)
+    if speaking:
+        assert ends[0].stamp_ns == last_end and ends[0].utterance_id == 1
+    assert engines.vad.resets == resets + 1
+    assert engines.echo.gate.resets == 1 and engines.echo.raw_vad.resets == 1
+    start, = activity(later, Activity.START)
+    assert start.utterance_id == 2 and start.stamp_ns == T0 - 10 * NS_PER_S
+    # the preroll held nothing of the old stream
+    assert engines.recognizer.utterances[-1]["start_ns"] == T0 - 10 * NS_PER_S
+    assert len(activity(events, Activity.START)) == 1
+
+
+def test_stamps_a_little_out_of_order_are_no_restart():
+    pipeline, engines = make()
+    feed(pipeline, [QUIET] * 10)
+    feed(pipeline, [QUIET] * 3, start_ns=T0 + 9 * CHUNK_NS - 500 * NS_PER_MS)
+    assert engines.vad.resets == 0
+
+
+@pytest.mark.parametrize("wait_ms", [0, 60, 200])
+def test_a_chunk_waits_for_its_played_reference_while_the_robot_speaks(wait_ms):
+    pipeline, engines = make(echo=True, echo_wait_ns=wait_ms * NS_PER_MS)
+    gate = engines.echo.gate
+    played = np.zeros(CHUNK_SAMPLES * 5, np.int16)       # 200 ms of the robot's voice
+    pipeline.step(T0, played=[(T0, played)])
+    mic = T0 + 5 * CHUNK_NS                              # the 40 ms right after it
+    mic_end = mic + CHUNK_NS
+    pipeline.step(mic_end + 10 * NS_PER_MS, audio=[(mic, chunk(QUIET))])
+    assert gate.seen == ([] if wait_ms > 10 else [mic])
+    if wait_ms > 10:
+        assert pipeline.pending_audio == 1
+        # its reference arrives: the chunk goes through, as the robot's voice
+        pipeline.step(mic_end + 20 * NS_PER_MS, played=[(mic, chunk(QUIET))])
+        assert gate.seen == [mic] and pipeline.stats.echo_chunks == 1
+    assert pipeline.stats.played_blocks == (2 if wait_ms > 10 else 1)
+
+
+@pytest.mark.parametrize("wait_ms", [0, 60, 200])
+def test_a_chunk_waits_no_longer_than_the_echo_wait(wait_ms):
+    pipeline, engines = make(echo=True, echo_wait_ns=wait_ms * NS_PER_MS)
+    pipeline.step(T0, played=[(T0, np.zeros(CHUNK_SAMPLES * 5, np.int16))])
+    mic = T0 + 5 * CHUNK_NS
+    mic_end = mic + CHUNK_NS
+    pipeline.push_audio(mic, chunk(QUIET))
+    for late_ms in range(0, 300, 10):
+        pipeline.step(mic_end + late_ms * NS_PER_MS)
+        if engines.echo.gate.seen:
+            break
+    assert engines.echo.gate.seen == [mic]
+    assert late_ms == wait_ms
+    assert pipeline.stats.echo_chunks == 0  # no reference came: not taken for the robot
+
+
+def test_chunks_do_not_wait_when_the_robot_is_silent():
+    pipeline, engines = make(echo=True)
+    pipeline.step(T0, played=[(T0, np.zeros(CHUNK_SAMPLES, np.int16))])
+    mic = T0 + 2 * NS_PER_S                               # long after the robot stopped
+    pipeline.step(mic + CHUNK_NS, audio=[(mic, chunk(QUIET))])
+    assert engines.echo.gate.seen == [mic]
+
+
+def test_finals_handed_over_late_keep_their_utterance_and_order():
+    pipeline, engines = make(ScriptedVad(confirm=1, hang=2))
+    engines.recognizer.hold = True
+    speech = [LOUD] * 5 + [QUIET] * 5
+    events = feed(pipeline, speech * 3)
+    assert not [e for e in of(events, TranscriptEvent) if e.final]
+    assert pipeline.finals_due == 3
+    partial_ids = [e.utterance_id for e in of(events, TranscriptEvent)]
+    assert partial_ids == sorted(partial_ids) and set(partial_ids) == {1, 2, 3}
+    ends = activity(events, Activity.END)
+    engines.recognizer.hold = False
+    later = feed(pipeline, [QUIET] * 3, start_ns=T0 + 30 * CHUNK_NS)
+    finals = [e for e in of(later, TranscriptEvent) if e.final]
+    assert [(f.utterance_id, f.text) for f in finals] == \
+        [(1, "utterance 1"), (2, "utterance 2"), (3, "utterance 3")]
+    assert [f.end_ns for f in finals] == [e.stamp_ns for e in ends]
+    assert [f.start_ns for f in finals] == [T0 + i * 10 * CHUNK_NS for i in range(3)]
+    assert pipeline.stats.finals == 3 and pipeline.finals_due == 0
+
+
+def test_a_failing_final_is_counted_and_loses_only_that_utterance():
+    pipeline, engines = make(ScriptedVad(confirm=1, hang=2))
+    engines.recognizer.hold = True
+    feed(pipeline, ([LOUD] * 3 + [QUIET] * 3) * 2)
+    engines.recognizer.hold = False
+    engines.recognizer.fail_next_poll = True
+    events = feed(pipeline, [QUIET] * 3, start_ns=T0 + 12 * CHUNK_NS)
+    error, = of(events, StageError)
+    assert error.stage == "audio" and isinstance(error.error, EngineError)
+    assert pipeline.stats.engine_errors == 1
+    assert [e.utterance_id for e in of(events, TranscriptEvent) if e.final] == [2]
+
+
+def test_utterance_ids_go_on_from_the_first_id_given():
+    pipeline, engines = make(ScriptedVad(confirm=1))
+    pipeline = FusionPipeline(config(), engines, first_utterance_id=7, clock=lambda: 0)
+    events = feed(pipeline, [LOUD] * 3 + [QUIET] * 6)
+    assert {e.utterance_id for e in of(events, VoiceActivityEvent)} == {7}
+
+
+# 15 fps offered: every 14th, 3rd and 2nd frame pass the gate (90 % of the period).
+@pytest.mark.parametrize(("rate_hz", "expected"), [(1.0, 4), (5.0, 16), (10.0, 23)])
+def test_frames_are_encoded_at_the_vision_rate(rate_hz, expected):
+    pipeline, engines = make(vision=True, vision_rate_hz=rate_hz)
+    events = feed(pipeline, [QUIET] * 75, frames_every_ns=NS_PER_S // 15)  # 3 s at 15 fps
+    assert len(engines.vision.stamps) == pipeline.stats.vision_encoded
+    assert abs(len(engines.vision.stamps) - expected) <= 1
+    scenes = of(events, SceneEvent)
+    assert [s.stamp_ns for s in scenes] == engines.vision.stamps
+    assert scenes[0].observations == ("face", "hand pointing top-left")
+    assert scenes[0].person_present and scenes[0].description
+
+
+def test_the_vision_rate_is_live_and_a_frame_older_than_the_last_is_encoded_at_once():
+    pipeline, engines = make(vision=True, vision_rate_hz=1.0)
+    feed(pipeline, [QUIET] * 20, frames_every_ns=NS_PER_S // 15)    # 0.8 s
+    assert len(engines.vision.stamps) == 1
+    pipeline.set_vision_rate(10.0)
+    feed(pipeline, [QUIET] * 25, start_ns=T0 + NS_PER_S, frames_every_ns=NS_PER_S // 15)
+    assert len(engines.vision.stamps) >= 9
+    feed(pipeline, [QUIET] * 2, start_ns=T0 - 5 * NS_PER_S, frames_every_ns=NS_PER_S // 15)
+    assert engines.vision.stamps[-1] == T0 - 5 * NS_PER_S
+
+
+def test_a_speech_start_is_associated_with_the_frames_in_its_window():
+    pipeline, engines = make(ScriptedVad(confirm=2), vision=True, vision_rate_hz=30.0)
+    events = feed(pipeline, [QUIET] * 25 + [LOUD] * 10 + [QUIET] * 15,
+                  frames_every_ns=NS_PER_S // 25)   # a frame on every chunk
+    start, = activity(events, Activity.START)
+    decision, = of(events, Decision)
+    t = start.stamp_ns
+    assert decision.trigger.stamp_ns == t and decision.trigger.modality == Modality.AUDIO
+    assert decision.decided_ns >= t + 120 * NS_PER_MS
+    encoded = [s for s in engines.vision.stamps if t - 80 * NS_PER_MS <= s <= t + 120 * NS_PER_MS]
+    assert [c.stamp_ns for c in decision.candidates] == encoded
+    assert all(c.modality == Modality.VISION for c in decision.candidates)
+    assert sum(c.chosen for c in decision.candidates) == 1
+    assert all(c.chosen or c.reason for c in decision.candidates)
+    assert pipeline.stats.associations == 1
+
+
+def test_speech_is_reported_ongoing_once_per_slice_while_it_lasts():
+    pipeline, _ = make(ScriptedVad(confirm=2, hang=3))
+    events = feed(pipeline, [QUIET] * 3 + [LOUD] * 10 + [QUIET] * 5)
+    kinds = [e.kind for e in of(events, VoiceActivityEvent)]
+    assert kinds[0] == Activity.START and kinds[-1] == Activity.END
+    assert kinds.count(Activity.ONGOING) >= 8
+    ongoing = activity(events, Activity.ONGOING)
+    assert all(0 < e.speech_s <= 0.6 for e in ongoing)
+    assert pipeline.stats.voice_activity == len(kinds)
+
+
+class Buffers:
+    """An input source whose audio grows while the pipeline reads it (a callback meanwhile)."""
+
+    def __init__(self, audio: list, late: list, frames: list) -> None:
+        self.audio, self.late, self.frames = audio, late, frames
+        self.frames_taken = 0
+
+    def take_audio(self) -> list:
+        audio, self.audio = self.audio, self.late
+        self.late = []
+        return audio
+
+    def take_played(self) -> list:
+        return []
+
+    def take_frame(self):
+        self.frames_taken += 1
+        frame = self.frames[-1] if self.frames else None
+        self.frames = []
+        return frame
+
+
+def test_a_source_is_pulled_again_for_audio_that_arrives_during_the_pass():
+    engines = FusionEngines(ScriptedVad(), ScriptedRecognizer(), ScriptedVision())
+    frames = [(T0, np.zeros((4, 4, 3), np.uint8)), (T0 + 20 * NS_PER_MS, np.zeros((4, 4, 3),
+                                                                                 np.uint8))]
+    source = Buffers([(T0, chunk(QUIET))], [(T0 + CHUNK_NS, chunk(QUIET))], frames)
+    pipeline = FusionPipeline(config(), engines, source=source, clock=lambda: 0)
+    pipeline.step(T0)                       # anchors the slices: no slice ran
+    assert pipeline.ring.stats.inserted == 2 and source.frames_taken == 0
+    pipeline.step(T0 + 2 * CHUNK_NS)        # a slice: the newest frame, at its ingest stage
+    assert source.frames_taken == 1
+    assert engines.vision.stamps == [T0 + 20 * NS_PER_MS]
