@@ -47,10 +47,12 @@ $(INSTALL_STAMP): $(DEPS_STAMP) $(SOURCES)
 
 lint: setup
 	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
 	$(PY) -m pytest -q test/unit/test_package_metadata.py
 
 test: setup
 	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
 	$(PY) -m pytest
 
 # Tiers 0 and 1 only (no DDS, no subprocesses): seconds.

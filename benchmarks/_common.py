@@ -36,16 +36,23 @@ def _finite(values: Iterable[float | None]) -> list[float]:
     return [float(v) for v in values if v is not None and not math.isnan(v)]
 
 
-def summary(values: Iterable[float | None], digits: int = 2, *,
-            figures: Sequence[str] = ("median", "p90"), suffix: str = "",
-            scale: float = 1.0, count: str | None = "n") -> dict[str, float | int | None]:
+def summary(
+    values: Iterable[float | None],
+    digits: int = 2,
+    *,
+    figures: Sequence[str] = ("median", "p90"),
+    suffix: str = "",
+    scale: float = 1.0,
+    count: str | None = "n",
+) -> dict[str, float | int | None]:
     """``figures`` of the finite values times ``scale``, each rounded to ``digits`` and named
     with ``suffix`` (``"_ms"``: ``median_ms``), and their number under ``count`` (None: not
     reported). None for every figure when no value is finite."""
     kept = np.asarray(_finite(values), dtype=np.float64) * scale
     out: dict[str, float | int | None] = {
         f"{name}{suffix}": round(float(_FIGURES[name](kept)), digits) if kept.size else None
-        for name in figures}
+        for name in figures
+    }
     if count is not None:
         out[count] = int(kept.size)
     return out
@@ -59,8 +66,13 @@ def median(values: Iterable[float | None], digits: int = 2) -> float | None:
 def ratio(value: float | None, reference: float | None, digits: int = 3) -> float | None:
     """``value / reference`` rounded; None when either is missing (None, NaN) or the
     reference is zero."""
-    if value is None or reference is None or math.isnan(value) or math.isnan(reference) \
-            or reference == 0:
+    if (
+        value is None
+        or reference is None
+        or math.isnan(value)
+        or math.isnan(reference)
+        or reference == 0
+    ):
         return None
     return round(value / reference, digits)
 

@@ -58,8 +58,11 @@ CHUNK = 640  # 40 ms at 16 kHz
 POLL_S = 0.01  # the fusion slice thread looks at the node clock every quarter slice
 RATE = 16_000
 COMMANDS = ("hello robot", "what is this red box", "stop", "turn left", "bring me the cup")
-OPEN = ("can you tell me where the kitchen is", "the weather looks nice today",
-        "please put the green bottle on the table")
+OPEN = (
+    "can you tell me where the kitchen is",
+    "the weather looks nice today",
+    "please put the green bottle on the table",
+)
 GRAMMAR = """#JSGF V1.0;
 grammar commands;
 public <command> = hello robot | what is this red box | stop | turn left | bring me the cup;
@@ -73,13 +76,14 @@ def speak(text: str, tail_ms: int, snr_db: float, seed: int) -> np.ndarray:
         raise SystemExit("espeak-ng is not installed: apt-get install espeak-ng")
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "speech.wav"
-        subprocess.run([exe, "-w", str(out), "-v", "en-us", "-s", "150", text], check=True,
-                       timeout=30)
+        subprocess.run(
+            [exe, "-w", str(out), "-v", "en-us", "-s", "150", text], check=True, timeout=30
+        )
         data, rate = soundfile.read(str(out), dtype="float64")
     speech = resample_poly(data, 320, 441) * 32767  # 22050 Hz -> 16000 Hz
     assert rate == 22_050, rate
     voiced = speech[np.abs(speech) > 1]
-    noise_rms = math.sqrt(float(np.mean(voiced ** 2))) / 10 ** (snr_db / 20)
+    noise_rms = math.sqrt(float(np.mean(voiced**2))) / 10 ** (snr_db / 20)
     signal = np.concatenate([np.zeros(RATE * 3 // 10), speech, np.zeros(RATE * tail_ms // 1000)])
     noisy = signal + np.random.default_rng(seed).normal(0.0, noise_rms, len(signal))
     return np.clip(np.rint(noisy), -32768, 32767).astype(np.int16)
@@ -97,7 +101,7 @@ def stream(rec: Recognizer, samples: np.ndarray) -> dict[str, Any]:
         if pause > 0:
             time.sleep(pause)
         t0 = time.perf_counter_ns()
-        partial = rec.feed(samples[i:i + CHUNK])
+        partial = rec.feed(samples[i : i + CHUNK])
         feeds.append(time.perf_counter_ns() - t0)
         if partial and math.isnan(first_partial_s):
             first_partial_s = (n + 1) * CHUNK / RATE - 0.3  # after the speech began
@@ -109,12 +113,18 @@ def stream(rec: Recognizer, samples: np.ndarray) -> dict[str, Any]:
         time.sleep(POLL_S)
         result = rec.poll_final()
     latency_ns = time.perf_counter_ns() - t0
-    return {"text": result.text, "feed_ns": feeds, "end_ns": end_ns, "latency_ns": latency_ns,
-            "first_partial_s": first_partial_s}
+    return {
+        "text": result.text,
+        "feed_ns": feeds,
+        "end_ns": end_ns,
+        "latency_ns": latency_ns,
+        "first_partial_s": first_partial_s,
+    }
 
 
-def run_engine(name: str, make: Any, utterances: list[tuple[str, str, np.ndarray]]
-               ) -> dict[str, Any]:
+def run_engine(
+    name: str, make: Any, utterances: list[tuple[str, str, np.ndarray]]
+) -> dict[str, Any]:
     t0 = time.perf_counter()
     rec = make()
     load_s = time.perf_counter() - t0
@@ -128,7 +138,7 @@ def run_engine(name: str, make: Any, utterances: list[tuple[str, str, np.ndarray
     audio_s = 0.0
     whisper = isinstance(rec, WhisperRecognizer)
     for kind, ref, samples in utterances:
-        before = (rec.stats.decode_ns_total if whisper else 0)
+        before = rec.stats.decode_ns_total if whisper else 0
         out = stream(rec, samples)
         duration = len(samples) / RATE
         audio_s += duration
@@ -147,7 +157,9 @@ def run_engine(name: str, make: Any, utterances: list[tuple[str, str, np.ndarray
         texts.append([ref, out["text"]])
     partials = summary(partial_delays, 2, figures=("median",))
     result: dict[str, Any] = {
-        "engine": name, "load_s": round(load_s, 2), "audio_s": round(audio_s, 1),
+        "engine": name,
+        "load_s": round(load_s, 2),
+        "audio_s": round(audio_s, 1),
         "wer_commands": ratio(*errors["commands"]),
         "wer_open": ratio(*errors["open"]),
         "wer_all": ratio(sum(e for e, _ in errors.values()), sum(n for _, n in errors.values())),
@@ -156,23 +168,27 @@ def run_engine(name: str, make: Any, utterances: list[tuple[str, str, np.ndarray
         "end_ms": summary(ends, 3, figures=("median", "max"), count=None),
         "final_latency_ms": summary(finishes, 2, figures=("median", "p90", "max"), count=None),
         "first_partial_s_median": partials["median"],
-        "utterances": len(utterances), "with_partials": partials["n"],
+        "utterances": len(utterances),
+        "with_partials": partials["n"],
         "texts": texts,
     }
     if whisper:
         st = rec.stats
         one = []
-        for _, _, samples in utterances[:len(COMMANDS) + len(OPEN)]:
+        for _, _, samples in utterances[: len(COMMANDS) + len(OPEN)]:
             t0 = time.perf_counter()
             rec._worker.decode(samples)  # one synchronous decode of the whole utterance
             one.append((time.perf_counter() - t0) / (len(samples) / RATE))
-        result.update({
-            "rtf_one_decode_median": median(one, 4),
-            "decodes": st.decodes,
-            "decode_ms_mean": round(st.decode_ns_total / max(st.decodes, 1) / 1e6, 1),
-            "finals_ready": st.finals_ready, "finals_in_flight": st.finals_in_flight,
-            "finals_queued": st.finals_queued,
-        })
+        result.update(
+            {
+                "rtf_one_decode_median": median(one, 4),
+                "decodes": st.decodes,
+                "decode_ms_mean": round(st.decode_ns_total / max(st.decodes, 1) / 1e6, 1),
+                "finals_ready": st.finals_ready,
+                "finals_in_flight": st.finals_in_flight,
+                "finals_queued": st.finals_queued,
+            }
+        )
         rec.close()
     return result
 
@@ -180,17 +196,27 @@ def run_engine(name: str, make: Any, utterances: list[tuple[str, str, np.ndarray
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--snr", type=float, default=20.0, help="white noise, dB below speech")
-    parser.add_argument("--tail-ms", type=int, default=400,
-                        help="silence fed after the speech (the VAD's min_silence_ms)")
+    parser.add_argument(
+        "--tail-ms",
+        type=int,
+        default=400,
+        help="silence fed after the speech (the VAD's min_silence_ms)",
+    )
     parser.add_argument("--repeats", type=int, default=1, help="passes over the sentences")
-    parser.add_argument("--engines", default="ps_open,ps_grammar,whisper1,whisper2,whisper2_greedy",
-                        help="comma-separated subset of the engines")
+    parser.add_argument(
+        "--engines",
+        default="ps_open,ps_grammar,whisper1,whisper2,whisper2_greedy",
+        help="comma-separated subset of the engines",
+    )
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args(argv)
 
     sentences = [("commands", t) for t in COMMANDS] + [("open", t) for t in OPEN]
-    utterances = [(kind, text, speak(text, args.tail_ms, args.snr, seed=100 * r + i))
-                  for r in range(args.repeats) for i, (kind, text) in enumerate(sentences)]
+    utterances = [
+        (kind, text, speak(text, args.tail_ms, args.snr, seed=100 * r + i))
+        for r in range(args.repeats)
+        for i, (kind, text) in enumerate(sentences)
+    ]
     engines = {
         "ps_open": lambda: PocketsphinxRecognizer(),
         "ps_grammar": lambda: PocketsphinxRecognizer(grammar=GRAMMAR),
@@ -199,9 +225,12 @@ def main(argv: list[str] | None = None) -> int:
         "whisper2_greedy": lambda: WhisperRecognizer(threads=2, beam_size=1),
     }
     result = {
-        "snr_db": args.snr, "tail_ms": args.tail_ms, "repeats": args.repeats,
-        "engines": [run_engine(name, engines[name], utterances)
-                    for name in args.engines.split(",")],
+        "snr_db": args.snr,
+        "tail_ms": args.tail_ms,
+        "repeats": args.repeats,
+        "engines": [
+            run_engine(name, engines[name], utterances) for name in args.engines.split(",")
+        ],
     }
     write_result(result, args.json)
     return 0

@@ -47,8 +47,7 @@ public <command> = <one>+;
 
 
 def _stats_ms(values_ns: list[int]) -> dict[str, float | int | None]:
-    return summary(values_ns, 4, figures=("median", "p90", "p99", "max"), scale=1e-6,
-                   count=None)
+    return summary(values_ns, 4, figures=("median", "p90", "p99", "max"), scale=1e-6, count=None)
 
 
 def bench_vad(engine: str, samples: np.ndarray, repeats: int) -> dict[str, Any]:
@@ -63,7 +62,7 @@ def bench_vad(engine: str, samples: np.ndarray, repeats: int) -> dict[str, Any]:
     offset = 0
     for r in range(repeats):
         for i in range(0, len(stream) - CHUNK + 1, CHUNK):
-            chunk = stream[i:i + CHUNK]
+            chunk = stream[i : i + CHUNK]
             stamp = (offset + i) * NS_PER_SAMPLE
             t0 = time.perf_counter_ns()
             events = vad.process(chunk, stamp)
@@ -71,8 +70,14 @@ def bench_vad(engine: str, samples: np.ndarray, repeats: int) -> dict[str, Any]:
             if r == 0:
                 first_events += [(e.kind, e.stamp_ns / 1e9) for e in events]
         offset += len(stream)
-    return {"engine": engine, "window_samples": vad.window_samples, "chunks": len(times),
-            "per_chunk_ms": _stats_ms(times), "target_ms": 1.0, "events_s": first_events}
+    return {
+        "engine": engine,
+        "window_samples": vad.window_samples,
+        "chunks": len(times),
+        "per_chunk_ms": _stats_ms(times),
+        "target_ms": 1.0,
+        "events_s": first_events,
+    }
 
 
 def bench_asr(samples: np.ndarray, grammar: str | None, repeats: int) -> dict[str, Any]:
@@ -86,16 +91,20 @@ def bench_asr(samples: np.ndarray, grammar: str | None, repeats: int) -> dict[st
         t0 = time.perf_counter_ns()
         rec.start(0)
         for i in range(0, len(samples), CHUNK):
-            rec.feed(samples[i:i + CHUNK])
+            rec.feed(samples[i : i + CHUNK])
         t1 = time.perf_counter_ns()
         text = rec.finish().text
         t2 = time.perf_counter_ns()
         totals.append(t2 - t0)
         finishes.append(t2 - t1)
-    return {"mode": "grammar" if grammar else "open", "load_s": round(load_s, 3),
-            "audio_s": round(duration, 3),
-            "rtf_median": round(float(np.median(totals)) / 1e9 / duration, 4),
-            "finish_ms": _stats_ms(finishes), "text": text}
+    return {
+        "mode": "grammar" if grammar else "open",
+        "load_s": round(load_s, 3),
+        "audio_s": round(duration, 3),
+        "rtf_median": round(float(np.median(totals)) / 1e9 / duration, 4),
+        "finish_ms": _stats_ms(finishes),
+        "text": text,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -73,9 +73,17 @@ def main() -> None:
     args = parser.parse_args()
     messages = list(BagReader(sample("session.mcap")).messages())
     total_bytes = sum(len(m.raw) for m in messages)
-    times: dict[str, list[float]] = {k: [] for k in (
-        "baseline_raw_write", "bag_write_zstd", "bag_write_plain", "bag_read", "bag_read_decode",
-        "salvage_truncated_read")}
+    times: dict[str, list[float]] = {
+        k: []
+        for k in (
+            "baseline_raw_write",
+            "bag_write_zstd",
+            "bag_write_plain",
+            "bag_read",
+            "bag_read_decode",
+            "salvage_truncated_read",
+        )
+    }
     sizes: dict[str, int] = {}
     with tempfile.TemporaryDirectory() as tmp:
         tmp_path = Path(tmp)
@@ -90,11 +98,13 @@ def main() -> None:
             (mcap,) = zstd_bag.glob("*.mcap")
             cut = tmp_path / f"cut{k}.mcap"
             data = mcap.read_bytes()
-            cut.write_bytes(data[:len(data) // 2])
+            cut.write_bytes(data[: len(data) // 2])
             times["salvage_truncated_read"].append(_timed(_read, cut, False))
-            sizes = {"raw": raw.stat().st_size,
-                     "bag_zstd": sum(p.stat().st_size for p in zstd_bag.iterdir()),
-                     "bag_plain": sum(p.stat().st_size for p in plain_bag.iterdir())}
+            sizes = {
+                "raw": raw.stat().st_size,
+                "bag_zstd": sum(p.stat().st_size for p in zstd_bag.iterdir()),
+                "bag_plain": sum(p.stat().st_size for p in plain_bag.iterdir()),
+            }
             for path in (raw, cut):
                 path.unlink()
             shutil.rmtree(zstd_bag)
@@ -107,12 +117,17 @@ def main() -> None:
             **summary(values, 1, suffix="_ms", count=None),
             "mb_per_s": round(total_bytes / 1e6 / (middle / 1000), 1),
             "us_per_message": round(middle * 1000 / len(messages), 1),
-            "ratio_to_baseline": median(
-                (v / b for v, b in zip(values, baseline, strict=True)), 2)}
-    report = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
-              "messages": len(messages), "cdr_mb": round(total_bytes / 1e6, 1),
-              "session_seconds": 12.0, "rounds": args.rounds, "figures": figures,
-              "file_mb": {k: round(v / 1e6, 2) for k, v in sizes.items()}}
+            "ratio_to_baseline": median((v / b for v, b in zip(values, baseline, strict=True)), 2),
+        }
+    report = {
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "messages": len(messages),
+        "cdr_mb": round(total_bytes / 1e6, 1),
+        "session_seconds": 12.0,
+        "rounds": args.rounds,
+        "figures": figures,
+        "file_mb": {k: round(v / 1e6, 2) for k, v in sizes.items()},
+    }
     write_result(report, args.json)
 
 

@@ -53,15 +53,16 @@ def make_wav(directory: Path) -> tuple[Path, int, int]:
     raw = directory / "say.wav"
     subprocess.run(["espeak-ng", "-v", "en-gb-scotland", "-w", str(raw), USER_TEXT], check=True)
     from omniflow.core.resample import resample_int16
+
     data, rate = soundfile.read(raw, dtype="int16")
     speech = resample_int16(data, rate, RATE)
     lead, tail = int(1.5 * RATE), 2 * RATE
     total = -(-(lead + len(speech) + tail) // BLOCK) * BLOCK
     signal = np.random.default_rng(0).standard_normal(total) * 32768 * 10 ** (-60 / 20)
-    signal[lead:lead + len(speech)] += speech
+    signal[lead : lead + len(speech)] += speech
     frames = signal[: total // 160 * 160].reshape(-1, 160)
-    power = (frames ** 2).mean(axis=1)
-    voiced = np.flatnonzero(power > power.max() * 10 ** -3.5)
+    power = (frames**2).mean(axis=1)
+    voiced = np.flatnonzero(power > power.max() * 10**-3.5)
     path = directory / "user.wav"
     soundfile.write(path, np.clip(np.round(signal), -32768, 32767).astype(np.int16), RATE)
     return path, int(voiced[0] * 160), total // BLOCK
@@ -87,22 +88,38 @@ def main() -> int:
     ns = f"/barge{os.getpid()}"
     tmp = tempfile.TemporaryDirectory(prefix="omniflow-barge-in-")
     wav, onset, blocks = make_wav(Path(tmp.name))
-    processes = {name: NodeProcess(NodeSpec(
-        "omniflow.nodes.fusion", "fusion",
-        {"vision.enabled": False, "audio.prompt": prompt,
-         "vad.min_speech_ms": args.min_speech_ms},
-        namespace=f"{ns}/{name}", remappings={"audio": f"{ns}/audio"}))
-        for name, prompt in VARIANTS.items()}
-    microphone = NodeProcess(NodeSpec(
-        "omniflow.nodes.audio_capture", "audio_capture",
-        {"source": "file", "file.path": str(wav), "file.loop": True, "autostart": False},
-        namespace=ns))
+    processes = {
+        name: NodeProcess(
+            NodeSpec(
+                "omniflow.nodes.fusion",
+                "fusion",
+                {
+                    "vision.enabled": False,
+                    "audio.prompt": prompt,
+                    "vad.min_speech_ms": args.min_speech_ms,
+                },
+                namespace=f"{ns}/{name}",
+                remappings={"audio": f"{ns}/audio"},
+            )
+        )
+        for name, prompt in VARIANTS.items()
+    }
+    microphone = NodeProcess(
+        NodeSpec(
+            "omniflow.nodes.audio_capture",
+            "audio_capture",
+            {"source": "file", "file.path": str(wav), "file.loop": True, "autostart": False},
+            namespace=ns,
+        )
+    )
     context = rclpy.Context()
     rclpy.init(context=context)
     node = rclpy.create_node("barge_in_bench", context=context)
     audio = TopicRecorder(node, AudioChunk, f"{ns}/audio", SENSOR_DATA, keep=100_000)
-    activity = {name: TopicRecorder(node, VoiceActivity, f"{ns}/{name}/voice_activity", EVENTS)
-                for name in VARIANTS}
+    activity = {
+        name: TopicRecorder(node, VoiceActivity, f"{ns}/{name}/voice_activity", EVENTS)
+        for name in VARIANTS
+    }
     result: dict[str, object] = {}
     try:
         with spinning(node):
@@ -112,8 +129,9 @@ def main() -> int:
             for transition in (Transition.TRANSITION_CONFIGURE, Transition.TRANSITION_ACTIVATE):
                 if not client.wait_for_service(timeout_sec=30):
                     raise TimeoutError("the audio capture node's change_state never appeared")
-                future = client.call_async(ChangeState.Request(
-                    transition=Transition(id=transition)))
+                future = client.call_async(
+                    ChangeState.Request(transition=Transition(id=transition))
+                )
                 deadline = time.monotonic() + 30
                 while not future.done() and time.monotonic() < deadline:
                     time.sleep(0.05)
@@ -149,10 +167,13 @@ def main() -> int:
             latencies = latencies[: args.passes]
             result[name] = {
                 "onset_to_start_received_ms": summary(latencies, 1, figures=SPREAD),
-                "live_microphone_ms": summary([v + BLOCK / RATE * 1000 for v in latencies], 1,
-                                              figures=SPREAD),
-                "start_stamp_minus_onset_ms": summary(stamp_errors[: args.passes], 1,
-                                                      figures=SPREAD)}
+                "live_microphone_ms": summary(
+                    [v + BLOCK / RATE * 1000 for v in latencies], 1, figures=SPREAD
+                ),
+                "start_stamp_minus_onset_ms": summary(
+                    stamp_errors[: args.passes], 1, figures=SPREAD
+                ),
+            }
         prompt = result["prompt"]["onset_to_start_received_ms"]
         base = result["per_slice"]["onset_to_start_received_ms"]
         result["ratio_prompt_vs_per_slice_median"] = ratio(prompt["median"], base["median"], 2)

@@ -41,16 +41,26 @@ from _common import difference, ratio, summary, write_result
 QUESTION = "Describe a sunny day at the beach."
 # Spoken questions, a different one every round, so that no round finds its question cached
 # from the one before.
-SPOKEN = ("What colour is the sky on a clear day?", "How do plants make their food?",
-          "Where do penguins live?", "What can you tell me about Paris?",
-          "What is a robot?", "Why do cats like boxes?", "What is the capital of Spain?",
-          "How many legs does a spider have?", "What do bees make?",
-          "Which planet is the largest?")
+SPOKEN = (
+    "What colour is the sky on a clear day?",
+    "How do plants make their food?",
+    "Where do penguins live?",
+    "What can you tell me about Paris?",
+    "What is a robot?",
+    "Why do cats like boxes?",
+    "What is the capital of Spain?",
+    "How many legs does a spider have?",
+    "What do bees make?",
+    "Which planet is the largest?",
+)
 
 
 def rate(times: list[float]) -> float:
-    return (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 and \
-        times[-1] > times[0] else float("nan")
+    return (
+        (len(times) - 1) / (times[-1] - times[0])
+        if len(times) > 1 and times[-1] > times[0]
+        else float("nan")
+    )
 
 
 class NodeClient:
@@ -67,12 +77,23 @@ class NodeClient:
         from omniflow.ros.qos import EVENTS
 
         self.namespace = f"/bench{uuid.uuid4().hex[:6]}"
-        self.process = NodeProcess(NodeSpec(
-            module="omniflow.nodes.dialogue", name="dialogue", namespace=self.namespace,
-            parameters={"llm.backend": "gguf", "llm.model_path": str(model),
-                        "llm.threads": threads, "llm.max_tokens": max_tokens,
-                        "llm.temperature": 0.0, "history.max_turns": 0,
-                        "proactive.enabled": False, "speech_start_timeout_s": 0.5}))
+        self.process = NodeProcess(
+            NodeSpec(
+                module="omniflow.nodes.dialogue",
+                name="dialogue",
+                namespace=self.namespace,
+                parameters={
+                    "llm.backend": "gguf",
+                    "llm.model_path": str(model),
+                    "llm.threads": threads,
+                    "llm.max_tokens": max_tokens,
+                    "llm.temperature": 0.0,
+                    "history.max_turns": 0,
+                    "proactive.enabled": False,
+                    "speech_start_timeout_s": 0.5,
+                },
+            )
+        )
         rclpy.init()
         self.node = rclpy.create_node("dialogue_bench")
         self._spin = spinning(self.node)
@@ -81,16 +102,18 @@ class NodeClient:
         self.client = ActionClient(self.node, Converse, f"{self.namespace}/converse")
         if not self.client.wait_for_server(timeout_sec=120):
             raise SystemExit(f"the dialogue node did not start:\n{self.process.output()}")
-        self.chunks = TopicRecorder(self.node, ResponseChunk, f"{self.namespace}/response",
-                                    EVENTS)
-        self.voice = self.node.create_publisher(VoiceActivity,
-                                                f"{self.namespace}/voice_activity", EVENTS)
-        self.transcript = self.node.create_publisher(Transcript,
-                                                     f"{self.namespace}/transcript", EVENTS)
+        self.chunks = TopicRecorder(self.node, ResponseChunk, f"{self.namespace}/response", EVENTS)
+        self.voice = self.node.create_publisher(
+            VoiceActivity, f"{self.namespace}/voice_activity", EVENTS
+        )
+        self.transcript = self.node.create_publisher(
+            Transcript, f"{self.namespace}/transcript", EVENTS
+        )
         self.Transcript, self.VoiceActivity = Transcript, VoiceActivity
         deadline = time.monotonic() + 60
-        while self.transcript.get_subscription_count() < 1 or \
-                self.voice.get_subscription_count() < 1:
+        while (
+            self.transcript.get_subscription_count() < 1 or self.voice.get_subscription_count() < 1
+        ):
             if time.monotonic() > deadline:
                 raise SystemExit("the dialogue node never subscribed")
             time.sleep(0.05)
@@ -116,16 +139,20 @@ class NodeClient:
                 arrivals.append(time.perf_counter())
 
         t0 = time.perf_counter()
-        future = self.client.send_goal_async(self.Converse.Goal(prompt=question),
-                                             feedback_callback=on_feedback)
+        future = self.client.send_goal_async(
+            self.Converse.Goal(prompt=question), feedback_callback=on_feedback
+        )
         handle = self._wait(future)
         if not handle.accepted:
             raise SystemExit("goal rejected: the node is still busy")
         result = self._wait(handle.get_result_async()).result
         self._wait_idle()
-        return {"first_token_ms": (arrivals[0] - t0) * 1e3 if arrivals else float("nan"),
-                "tokens_per_s": rate(arrivals), "pieces": len(arrivals),
-                "text": result.response}
+        return {
+            "first_token_ms": (arrivals[0] - t0) * 1e3 if arrivals else float("nan"),
+            "tokens_per_s": rate(arrivals),
+            "pieces": len(arrivals),
+            "text": result.response,
+        }
 
     def speech_round(self, question: str, word_s: float, partials: bool) -> float:
         """Speak ``question`` as the fusion node would; ms from the final transcript to the
@@ -134,16 +161,23 @@ class NodeClient:
 
         utterance = int(time.monotonic() * 1000) % 2**31
         start_ns = time.time_ns()
-        self.voice.publish(self.VoiceActivity(
-            header=conversions.header(start_ns, "mic"), event=self.VoiceActivity.START,
-            utterance_id=utterance, start=conversions.time_from_ns(start_ns), speech_s=0.1,
-            echo_score=float("nan")))
+        self.voice.publish(
+            self.VoiceActivity(
+                header=conversions.header(start_ns, "mic"),
+                event=self.VoiceActivity.START,
+                utterance_id=utterance,
+                start=conversions.time_from_ns(start_ns),
+                speech_s=0.1,
+                echo_score=float("nan"),
+            )
+        )
         words = question.split()
         for i in range(1, len(words) + 1):
             time.sleep(word_s)
             if partials and i < len(words):
-                self.transcript.publish(self._transcript(utterance, start_ns,
-                                                         " ".join(words[:i]), False))
+                self.transcript.publish(
+                    self._transcript(utterance, start_ns, " ".join(words[:i]), False)
+                )
         time.sleep(0.4)  # the silence that ends the utterance
         seen = len(self.chunks.messages)
         t0 = time.perf_counter()
@@ -161,14 +195,21 @@ class NodeClient:
 
     def _transcript(self, utterance: int, start_ns: int, text: str, final: bool):
         from omniflow.ros import conversions
+
         now = time.time_ns()
-        return self.Transcript(header=conversions.header(now, "mic"), utterance_id=utterance,
-                               start=conversions.time_from_ns(start_ns),
-                               end=conversions.time_from_ns(now), text=text,
-                               confidence=float("nan"), is_final=final)
+        return self.Transcript(
+            header=conversions.header(now, "mic"),
+            utterance_id=utterance,
+            start=conversions.time_from_ns(start_ns),
+            end=conversions.time_from_ns(now),
+            text=text,
+            confidence=float("nan"),
+            is_final=final,
+        )
 
     def close(self) -> None:
         import rclpy
+
         self._spin.__exit__(None, None, None)
         self.node.destroy_node()
         rclpy.try_shutdown()
@@ -199,60 +240,82 @@ def main(argv: list[str] | None = None) -> int:
     # set), before llama_cpp loads libgomp: both sides must run with the same policy.
     set_openmp_wait_policy()
     import llama_cpp
+
     defaults = {spec.name: spec.default for spec in LLM_PARAMS}
     text = DEFAULT_FORMAT.render(Prompt(DEFAULT_SYSTEM_PROMPT, user=QUESTION))
-    raw = llama_cpp.Llama(model_path=str(model), n_ctx=defaults["llm.n_ctx"],
-                          n_threads=args.threads, n_threads_batch=args.threads, seed=1,
-                          verbose=False)
+    raw = llama_cpp.Llama(
+        model_path=str(model),
+        n_ctx=defaults["llm.n_ctx"],
+        n_threads=args.threads,
+        n_threads_batch=args.threads,
+        seed=1,
+        verbose=False,
+    )
 
     def raw_round() -> dict[str, float]:
         arrivals: list[float] = []
         pieces: list[str] = []
         t0 = time.perf_counter()
         for chunk in raw.create_completion(
-                text, max_tokens=args.max_tokens, temperature=0.0,
-                top_p=defaults["llm.top_p"], top_k=defaults["llm.top_k"],
-                repeat_penalty=defaults["llm.repeat_penalty"], stop=list(DEFAULT_FORMAT.stop),
-                stream=True):
+            text,
+            max_tokens=args.max_tokens,
+            temperature=0.0,
+            top_p=defaults["llm.top_p"],
+            top_k=defaults["llm.top_k"],
+            repeat_penalty=defaults["llm.repeat_penalty"],
+            stop=list(DEFAULT_FORMAT.stop),
+            stream=True,
+        ):
             piece = chunk["choices"][0]["text"]
             if piece:
                 arrivals.append(time.perf_counter())
                 pieces.append(piece)
-        return {"first_token_ms": (arrivals[0] - t0) * 1e3 if arrivals else float("nan"),
-                "tokens_per_s": rate(arrivals), "pieces": len(arrivals),
-                "text": "".join(pieces)}
+        return {
+            "first_token_ms": (arrivals[0] - t0) * 1e3 if arrivals else float("nan"),
+            "tokens_per_s": rate(arrivals),
+            "pieces": len(arrivals),
+            "text": "".join(pieces),
+        }
 
     node = NodeClient(model, args.threads, args.max_tokens)
     try:
-        raw_round()                 # fill the cache and wake the threads, on both sides
+        raw_round()  # fill the cache and wake the threads, on both sides
         node.goal_round(QUESTION)
         rounds: dict[str, list[dict[str, float]]] = {"raw": [], "node": []}
         for i in range(args.rounds):
-            for name in (("raw", "node") if i % 2 == 0 else ("node", "raw")):
-                rounds[name].append(raw_round() if name == "raw" else
-                                    node.goal_round(QUESTION))
+            for name in ("raw", "node") if i % 2 == 0 else ("node", "raw"):
+                rounds[name].append(raw_round() if name == "raw" else node.goal_round(QUESTION))
         speech = {"warmed": [], "final_only": []}
         spoken = iter(SPOKEN * (2 * args.rounds // len(SPOKEN) + 1))
         for i in range(args.rounds):
-            for name in (("warmed", "final_only") if i % 2 == 0 else ("final_only", "warmed")):
-                speech[name].append(node.speech_round(next(spoken), args.word_ms / 1000,
-                                                      partials=name == "warmed"))
+            for name in ("warmed", "final_only") if i % 2 == 0 else ("final_only", "warmed"):
+                speech[name].append(
+                    node.speech_round(next(spoken), args.word_ms / 1000, partials=name == "warmed")
+                )
     finally:
         node.close()
 
-    result: dict[str, object] = {"model": model.name, "threads": args.threads,
-                                 "max_tokens": args.max_tokens, "rounds": args.rounds,
-                                 "question": QUESTION}
+    result: dict[str, object] = {
+        "model": model.name,
+        "threads": args.threads,
+        "max_tokens": args.max_tokens,
+        "rounds": args.rounds,
+        "question": QUESTION,
+    }
     for name, values in rounds.items():
-        result[name] = {"first_token_ms": summary([r["first_token_ms"] for r in values]),
-                        "tokens_per_s": summary([r["tokens_per_s"] for r in values]),
-                        "pieces": int(statistics.median(r["pieces"] for r in values)),
-                        "answer": values[0]["text"].strip()}
+        result[name] = {
+            "first_token_ms": summary([r["first_token_ms"] for r in values]),
+            "tokens_per_s": summary([r["tokens_per_s"] for r in values]),
+            "pieces": int(statistics.median(r["pieces"] for r in values)),
+            "answer": values[0]["text"].strip(),
+        }
     node_s, raw_s = result["node"], result["raw"]
     result["ratio"] = {
         "tokens_per_s": ratio(node_s["tokens_per_s"]["median"], raw_s["tokens_per_s"]["median"]),
-        "first_token_overhead_ms": difference(node_s["first_token_ms"]["median"],
-                                              raw_s["first_token_ms"]["median"])}
+        "first_token_overhead_ms": difference(
+            node_s["first_token_ms"]["median"], raw_s["first_token_ms"]["median"]
+        ),
+    }
     result["end_of_speech_to_first_chunk_ms"] = {k: summary(v) for k, v in speech.items()}
     write_result(result, args.json)
     return 0

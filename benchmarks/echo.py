@@ -53,8 +53,10 @@ from omniflow.errors import EngineError
 RATE = 16_000
 CHUNK = 640
 T0_NS = 1_000_000_000_000  # stream time of the first sample
-ROBOT_TEXT = ("The red box on the table is a parcel for the kitchen. I can carry it there "
-              "after I finish charging, or you can take it yourself now.")
+ROBOT_TEXT = (
+    "The red box on the table is a parcel for the kitchen. I can carry it there "
+    "after I finish charging, or you can take it yourself now."
+)
 USER_TEXT = "Stop, what is that blue thing?"
 USER_START_S = 1.2
 MIN_SPEECH_MS = 60.0  # the fusion node's vad.min_speech_ms (--min-speech-ms)
@@ -82,16 +84,19 @@ def room_response(rng: np.random.Generator) -> tuple[np.ndarray, dict[str, float
         tail[int(rng.uniform(0.002, 0.015) * RATE)] += rng.uniform(-0.5, 0.5)
     tail[0] = 1.0
     ir = np.concatenate([np.zeros(int(delay_ms * RATE / 1000)), tail])
-    ir *= 10 ** (gain_db / 20) / np.sqrt(np.sum(tail ** 2))
-    return ir, {"delay_ms": round(delay_ms, 1), "gain_db": round(gain_db, 1),
-                "rt60_s": round(rt60, 2)}
+    ir *= 10 ** (gain_db / 20) / np.sqrt(np.sum(tail**2))
+    return ir, {
+        "delay_ms": round(delay_ms, 1),
+        "gain_db": round(gain_db, 1),
+        "rt60_s": round(rt60, 2),
+    }
 
 
 def onset_s(x: np.ndarray) -> float:
     """First 10 ms frame within 35 dB of the loudest one."""
     frames = x[: len(x) // 160 * 160].astype(np.float64).reshape(-1, 160)
-    power = (frames ** 2).mean(axis=1) + 1e-9
-    return float(np.argmax(power > power.max() * 10 ** -3.5) * 160 / RATE)
+    power = (frames**2).mean(axis=1) + 1e-9
+    return float(np.argmax(power > power.max() * 10**-3.5) * 160 / RATE)
 
 
 def make_stage(name: str, reference: EchoReference):
@@ -110,13 +115,18 @@ def make_stage(name: str, reference: EchoReference):
     return None
 
 
-def run_case(stage_name: str, mic: np.ndarray, played: np.ndarray | None,
-             user_onset_s: float | None, min_speech_ms: float) -> dict[str, Any]:
+def run_case(
+    stage_name: str,
+    mic: np.ndarray,
+    played: np.ndarray | None,
+    user_onset_s: float | None,
+    min_speech_ms: float,
+) -> dict[str, Any]:
     """Feed ``mic`` through one candidate and the VAD; return starts and timings."""
     reference = EchoReference(history_ms=1500)
     stage = make_stage(stage_name, reference)
     vad = make_vad("webrtc", min_silence_ms=400.0, min_speech_ms=min_speech_ms)
-    starts: list[float] = []   # seconds from the stream start at which a START is confirmed
+    starts: list[float] = []  # seconds from the stream start at which a START is confirmed
     costs: list[int] = []
     block = 320  # the speech node's 20 ms blocks
     for i in range(len(mic) // CHUNK):
@@ -124,10 +134,10 @@ def run_case(stage_name: str, mic: np.ndarray, played: np.ndarray | None,
         end = stamp + CHUNK * NS_PER_SAMPLE
         if played is not None:  # every block played by now is in the reference
             for j in range(i * CHUNK // block, (i + 1) * CHUNK // block):
-                piece = played[j * block:(j + 1) * block]
+                piece = played[j * block : (j + 1) * block]
                 if len(piece) == block and np.any(piece):
                     reference.add(T0_NS + j * block * NS_PER_SAMPLE, piece)
-        chunk = mic[i * CHUNK:(i + 1) * CHUNK]
+        chunk = mic[i * CHUNK : (i + 1) * CHUNK]
         if stage is not None:
             t0 = time.perf_counter_ns()
             result = stage.process(chunk, stamp)
@@ -148,8 +158,9 @@ def run_case(stage_name: str, mic: np.ndarray, played: np.ndarray | None,
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rooms", type=int, default=16, help="synthetic rooms (seeds)")
-    parser.add_argument("--min-speech-ms", type=float, default=MIN_SPEECH_MS,
-                        help="the VAD's vad.min_speech_ms")
+    parser.add_argument(
+        "--min-speech-ms", type=float, default=MIN_SPEECH_MS, help="the VAD's vad.min_speech_ms"
+    )
     parser.add_argument("--json", type=Path, help="also write the JSON here")
     args = parser.parse_args()
     robot = speak(ROBOT_TEXT, "en-us")
@@ -161,10 +172,17 @@ def main() -> int:
     except EngineError as err:
         print(f"speex skipped: {err}", file=sys.stderr)
         candidates = [c for c in candidates if not c.startswith("speex")]
-    rows: dict[str, dict[str, list]] = {c: {"false_starts": [], "user_delay": [],
-                                            "double_delay": [], "user_detected": [],
-                                            "double_detected": [], "costs": []}
-                                        for c in candidates}
+    rows: dict[str, dict[str, list]] = {
+        c: {
+            "false_starts": [],
+            "user_delay": [],
+            "double_delay": [],
+            "user_detected": [],
+            "double_detected": [],
+            "costs": [],
+        }
+        for c in candidates
+    }
     rooms = []
     for seed in range(args.rooms):
         rng = np.random.default_rng(seed)
@@ -180,7 +198,7 @@ def main() -> int:
         talk = np.zeros(length)
         lo = int(USER_START_S * RATE)
         scaled = user.astype(np.float64) * echo_rms / user_rms * 10 ** (user_db / 20)
-        talk[lo:lo + len(user)] = scaled[: length - lo]
+        talk[lo : lo + len(user)] = scaled[: length - lo]
         room.update(user_vs_echo_db=round(user_db, 1))
         rooms.append(room)
 
@@ -189,16 +207,15 @@ def main() -> int:
 
         for name in candidates:
             row = rows[name]
-            r = run_case(name, pcm(echo + noise), played, None,
-                         args.min_speech_ms)
+            r = run_case(name, pcm(echo + noise), played, None, args.min_speech_ms)
             row["false_starts"].append(r["starts"])
             row["costs"].extend(r["costs"])
-            r = run_case(name, pcm(talk + noise), None, USER_START_S + user_on,
-                         args.min_speech_ms)
+            r = run_case(name, pcm(talk + noise), None, USER_START_S + user_on, args.min_speech_ms)
             row["user_detected"].append(r["detected"])
             row["user_delay"].append(r["delay_ms"])
-            r = run_case(name, pcm(echo + talk + noise), played, USER_START_S + user_on,
-                         args.min_speech_ms)
+            r = run_case(
+                name, pcm(echo + talk + noise), played, USER_START_S + user_on, args.min_speech_ms
+            )
             row["double_detected"].append(r["detected"])
             row["double_delay"].append(r["delay_ms"])
             row["costs"].extend(r["costs"])
@@ -217,8 +234,12 @@ def main() -> int:
             "cpu_ms_per_chunk_median": cpu_ms["median"],
             "cpu_ms_per_chunk_p90": cpu_ms["p90"],
         }
-    result = {"robot_s": round(len(robot) / RATE, 2), "user_s": round(len(user) / RATE, 2),
-              "rooms": rooms, "candidates": candidates}
+    result = {
+        "robot_s": round(len(robot) / RATE, 2),
+        "user_s": round(len(user) / RATE, 2),
+        "rooms": rooms,
+        "candidates": candidates,
+    }
     write_result(result, args.json)
     return 0
 

@@ -56,10 +56,16 @@ STORY = "Tell me a long story about a robot who learns to cook, with many detail
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--passes", type=int, default=8)
-    parser.add_argument("--talk-s", type=float, default=1.5,
-                        help="how long the robot speaks before the user starts")
-    parser.add_argument("--fusion", nargs="*", default=[], metavar="NAME=VALUE",
-                        help="fusion node parameters for a variant, e.g. echo.wait_ms=0")
+    parser.add_argument(
+        "--talk-s", type=float, default=1.5, help="how long the robot speaks before the user starts"
+    )
+    parser.add_argument(
+        "--fusion",
+        nargs="*",
+        default=[],
+        metavar="NAME=VALUE",
+        help="fusion node parameters for a variant, e.g. echo.wait_ms=0",
+    )
     parser.add_argument("--json", type=Path, help="also write the JSON here")
     args = parser.parse_args(argv)
     fusion_params: dict[str, object] = {"vision.enabled": False}
@@ -83,11 +89,15 @@ def main(argv: list[str] | None = None) -> int:
     ns = f"/duplex{uuid.uuid4().hex[:6]}"
     processes = [
         NodeProcess(NodeSpec("omniflow.nodes.fusion", "fusion", fusion_params, namespace=ns)),
-        NodeProcess(NodeSpec("omniflow.nodes.dialogue", "dialogue",
-                             {"proactive.enabled": False, "llm.max_tokens": 256},
-                             namespace=ns)),
-        NodeProcess(NodeSpec("omniflow.nodes.speech", "speech", {"sink": "null"},
-                             namespace=ns)),
+        NodeProcess(
+            NodeSpec(
+                "omniflow.nodes.dialogue",
+                "dialogue",
+                {"proactive.enabled": False, "llm.max_tokens": 256},
+                namespace=ns,
+            )
+        ),
+        NodeProcess(NodeSpec("omniflow.nodes.speech", "speech", {"sink": "null"}, namespace=ns)),
     ]
     rclpy.init()
     node = rclpy.create_node("full_duplex_bench")
@@ -100,9 +110,17 @@ def main(argv: list[str] | None = None) -> int:
     fusion_status = TopicRecorder(node, String, f"{ns}/fusion/status", LATCHED)
     client = ActionClient(node, Converse, f"{ns}/converse")
     room = Room(node, ns)
-    figures: dict[str, list[float]] = {k: [] for k in (
-        "start_stamp", "voice_activity", "interrupted", "last_chunk", "speech_idle",
-        "playback_end")}
+    figures: dict[str, list[float]] = {
+        k: []
+        for k in (
+            "start_stamp",
+            "voice_activity",
+            "interrupted",
+            "last_chunk",
+            "speech_idle",
+            "playback_end",
+        )
+    }
     false_starts = 0
     robot_alone_s = 0.0
     try:
@@ -110,8 +128,10 @@ def main(argv: list[str] | None = None) -> int:
             if not client.wait_for_server(timeout_sec=120):
                 raise SystemExit("the dialogue node did not start")
             fusion_status.wait_until(
-                lambda ms: any(json.loads(m.data)["state"] == "active" for m in ms), 120,
-                "fusion active")
+                lambda ms: any(json.loads(m.data)["state"] == "active" for m in ms),
+                120,
+                "fusion active",
+            )
             wait_for_publishers(node, f"{ns}/played_audio", 1, timeout=60)
             time.sleep(2.0)
             room.start()
@@ -125,44 +145,67 @@ def main(argv: list[str] | None = None) -> int:
                     time.sleep(1.0)
                     continue
                 seen = len(speech.received)
-                speech.wait_until(lambda ms, s=seen: any(m.speaking for m in ms[s:]), 120,
-                                  "the robot speaking")
+                speech.wait_until(
+                    lambda ms, s=seen: any(m.speaking for m in ms[s:]), 120, "the robot speaking"
+                )
                 spoke_at = time.monotonic()
                 turn = next(m.turn_id for m in speech.messages[seen:] if m.speaking)
                 before = len(activity.received)
                 time.sleep(args.talk_s)
                 user_at = node.get_clock().now().nanoseconds
-                false_starts += sum(1 for r in activity.received[before:]
-                                    if r.msg.event == VoiceActivity.START)
+                false_starts += sum(
+                    1 for r in activity.received[before:] if r.msg.event == VoiceActivity.START
+                )
                 robot_alone_s += time.monotonic() - spoke_at
                 onset_ns = user_at + room.user_onset_ns
                 n_states, n_speech = len(states.received), len(speech.received)
                 room.user_speaks(user_at)
                 try:
-                    states.wait_until(lambda ms, s=n_states: any(
-                        m.state == DialogueState.INTERRUPTED for m in ms[s:]), 10, "barge-in")
-                    speech.wait_until(lambda ms, s=n_speech: any(
-                        not m.speaking for m in ms[s:]), 10, "speech idle")
+                    states.wait_until(
+                        lambda ms, s=n_states: any(
+                            m.state == DialogueState.INTERRUPTED for m in ms[s:]
+                        ),
+                        10,
+                        "barge-in",
+                    )
+                    speech.wait_until(
+                        lambda ms, s=n_speech: any(not m.speaking for m in ms[s:]),
+                        10,
+                        "speech idle",
+                    )
                 except TimeoutError as err:
                     print(f"pass without barge-in: {err}", file=sys.stderr)
                     time.sleep(4.0)
                     continue
                 time.sleep(1.0)
-                start = next((r for r in activity.received[before:]
-                              if r.msg.event == VoiceActivity.START
-                              and r.wall_ns >= user_at), None)
-                interrupted = next(r for r in states.received[n_states:]
-                                   if r.msg.state == DialogueState.INTERRUPTED)
+                start = next(
+                    (
+                        r
+                        for r in activity.received[before:]
+                        if r.msg.event == VoiceActivity.START and r.wall_ns >= user_at
+                    ),
+                    None,
+                )
+                interrupted = next(
+                    r
+                    for r in states.received[n_states:]
+                    if r.msg.state == DialogueState.INTERRUPTED
+                )
                 idle = next(r for r in speech.received[n_speech:] if not r.msg.speaking)
-                last_chunk = max((r.wall_ns for r in chunks.received
-                                  if r.msg.turn_id == turn), default=None)
-                ends = [ns_from_time(r.msg.header.stamp) + len(r.msg.data) // 2 * 62_500
-                        for r in played.received if ns_from_time(r.msg.header.stamp) < idle.wall_ns
-                        and r.wall_ns >= user_at - 10**9]
+                last_chunk = max(
+                    (r.wall_ns for r in chunks.received if r.msg.turn_id == turn), default=None
+                )
+                ends = [
+                    ns_from_time(r.msg.header.stamp) + len(r.msg.data) // 2 * 62_500
+                    for r in played.received
+                    if ns_from_time(r.msg.header.stamp) < idle.wall_ns
+                    and r.wall_ns >= user_at - 10**9
+                ]
                 if start is not None:
                     figures["voice_activity"].append((start.wall_ns - onset_ns) / 1e6)
                     figures["start_stamp"].append(
-                        (ns_from_time(start.msg.header.stamp) - onset_ns) / 1e6)
+                        (ns_from_time(start.msg.header.stamp) - onset_ns) / 1e6
+                    )
                 figures["interrupted"].append((interrupted.wall_ns - onset_ns) / 1e6)
                 figures["speech_idle"].append((idle.wall_ns - onset_ns) / 1e6)
                 if last_chunk is not None:
@@ -177,11 +220,15 @@ def main(argv: list[str] | None = None) -> int:
         for process in processes:
             process.close()
     result: dict[str, object] = {
-        "passes": args.passes, "fusion": fusion_params,
+        "passes": args.passes,
+        "fusion": fusion_params,
         "from_voice_onset_ms": {k: summary(v, 1, figures=SPREAD) for k, v in figures.items()},
-        "echo": {"false_barge_ins": false_starts,
-                 "robot_speaking_alone_s": round(robot_alone_s, 1)},
-        "target_ms": 120}
+        "echo": {
+            "false_barge_ins": false_starts,
+            "robot_speaking_alone_s": round(robot_alone_s, 1),
+        },
+        "target_ms": 120,
+    }
     write_result(result, args.json)
     return 0
 

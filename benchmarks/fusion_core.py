@@ -63,8 +63,7 @@ T_START = 1_700_000_000 * 1_000_000_000
 
 def summary_us(values_ns: list[int]) -> dict[str, float | int | None]:
     """Median, p90, p99 and max in microseconds, and the count."""
-    return summary(values_ns, 2, figures=("median", "p90", "p99", "max"), suffix="_us",
-                   scale=1e-3)
+    return summary(values_ns, 2, figures=("median", "p90", "p99", "max"), suffix="_us", scale=1e-3)
 
 
 class SyntheticStream:
@@ -84,8 +83,7 @@ class SyntheticStream:
                 scene = rng.standard_normal(128)
             vector = scene + 0.3 * rng.standard_normal(128)
             frames.append((stamp, vector))
-            items.append((stamp + int(rng.integers(30, 90)) * MS, stamp, Modality.VISION,
-                          vector))
+            items.append((stamp + int(rng.integers(30, 90)) * MS, stamp, Modality.VISION, vector))
         items.sort(key=lambda item: item[0])
         self.arrivals = deque(items)
         requests = []
@@ -124,8 +122,9 @@ class Pipeline:
     def encode(self, current: Slice) -> None:
         for stamp, modality, vector in self.inbox:
             lsh = self.vision_lsh if modality is Modality.VISION else self.audio_lsh
-            self.ring.insert(Token(stamp, modality, lsh.encode(vector), vector),
-                             now_ns=current.end_ns)
+            self.ring.insert(
+                Token(stamp, modality, lsh.encode(vector), vector), now_ns=current.end_ns
+            )
         self.inbox.clear()
 
     def associate(self, current: Slice) -> None:
@@ -141,9 +140,14 @@ class Pipeline:
 
 def decision_dict(decision: Decision) -> dict[str, Any]:
     """What the node would copy into an Association message."""
-    return {"decision_id": decision.decision_id, "stamp": decision.decided_ns,
-            "candidates": [(int(c.modality), c.stamp_ns, c.code, int(c.resolution), c.score,
-                            c.chosen, c.reason) for c in decision.candidates]}
+    return {
+        "decision_id": decision.decision_id,
+        "stamp": decision.decided_ns,
+        "candidates": [
+            (int(c.modality), c.stamp_ns, c.code, int(c.resolution), c.score, c.chosen, c.reason)
+            for c in decision.candidates
+        ],
+    }
 
 
 def run_slices(seconds: float, seed: int) -> tuple[dict[str, Any], Pipeline]:
@@ -176,8 +180,9 @@ def run_slices(seconds: float, seed: int) -> tuple[dict[str, Any], Pipeline]:
         "work": summary_us(work[steady]),
         "work_all_slices": summary_us(work),
         "work_slices_with_a_decision": summary_us(deciding),
-        "stage_median_us": {n: median([ns / 1000 for ns in v[steady]], 2)
-                            for n, v in stages.items()},
+        "stage_median_us": {
+            n: median([ns / 1000 for ns in v[steady]], 2) for n, v in stages.items()
+        },
         "overruns": scheduler.stats.overruns,
         "merged": scheduler.stats.merged,
         "decisions": pipeline.decisions,
@@ -209,7 +214,7 @@ def run_queries(ring: TokenRing, count: int, seed: int) -> dict[str, Any]:
     for i, t in enumerate(centres):
         start, end = t - 80 * MS, t + 120 * MS
         results = {}
-        for name in names[i % len(names):] + names[:i % len(names)]:
+        for name in names[i % len(names) :] + names[: i % len(names)]:
             t0 = time.perf_counter_ns()
             results[name] = variants[name](start, end)
             times[name].append(time.perf_counter_ns() - t0)
@@ -258,22 +263,29 @@ def run_bloom(ring: TokenRing, count: int, seed: int) -> dict[str, Any]:
         t2 = time.perf_counter_ns()
         filter_ns.append(t1 - t0)
         hamming_ns.append(t2 - t1)
-    return {"build_and_test_bloom": summary_us(filter_ns),
-            "direct_hamming_over_window": summary_us(hamming_ns)}
+    return {
+        "build_and_test_bloom": summary_us(filter_ns),
+        "direct_hamming_over_window": summary_us(hamming_ns),
+    }
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=120.0,
-                        help="length of the synthetic stream (stream time)")
+    parser.add_argument(
+        "--seconds", type=float, default=120.0, help="length of the synthetic stream (stream time)"
+    )
     parser.add_argument("--queries", type=int, default=5000, help="windows to query")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, help="also write the JSON here")
     args = parser.parse_args()
     slices, pipeline = run_slices(args.seconds, args.seed)
     result = {
-        "machine": {"python": platform.python_version(), "numpy": np.__version__,
-                    "cpus": os.cpu_count(), "processor": platform.machine()},
+        "machine": {
+            "python": platform.python_version(),
+            "numpy": np.__version__,
+            "cpus": os.cpu_count(),
+            "processor": platform.machine(),
+        },
         "slice": slices,
         "query": run_queries(pipeline.ring, args.queries, args.seed),
         "bloom": run_bloom(pipeline.ring, min(args.queries, 2000), args.seed),

@@ -78,7 +78,7 @@ def audio_loop(gap_s: float, seed: int = 0) -> np.ndarray:
     rng = np.random.default_rng(seed)
     gap = rng.normal(0, 30, int(gap_s * rate)).astype(np.int16)
     period = np.concatenate([speech, gap])
-    return period[:len(period) // CHUNK * CHUNK]
+    return period[: len(period) // CHUNK * CHUNK]
 
 
 def video_frames(limit: int = 60) -> list[np.ndarray]:
@@ -97,26 +97,42 @@ def video_frames(limit: int = 60) -> list[np.ndarray]:
 class Pipeline:
     """The fusion node's pipeline with the node's default settings, counting its events."""
 
-    def __init__(self, vision_rate_hz: float, asr: str | None = "pocketsphinx",
-                 echo: bool = True) -> None:
+    def __init__(
+        self, vision_rate_hz: float, asr: str | None = "pocketsphinx", echo: bool = True
+    ) -> None:
         engines = make_fusion_engines(
-            vad_engine="webrtc", min_speech_ms=60, min_silence_ms=400,
+            vad_engine="webrtc",
+            min_speech_ms=60,
+            min_silence_ms=400,
             recognizer=(lambda: make_recognizer(asr)) if asr else None,
             vision=make_default_encoder if vision_rate_hz > 0 else None,
-            echo=EchoSettings() if echo else None)
+            echo=EchoSettings() if echo else None,
+        )
         config = FusionConfig(
-            ring_capacity=128, window_before_ns=80 * NS_PER_MS, window_after_ns=120 * NS_PER_MS,
-            slice_ns=40 * NS_PER_MS, max_utterance_ns=15 * NS_PER_S,
+            ring_capacity=128,
+            window_before_ns=80 * NS_PER_MS,
+            window_after_ns=120 * NS_PER_MS,
+            slice_ns=40 * NS_PER_MS,
+            max_utterance_ns=15 * NS_PER_S,
             vision_rate_hz=vision_rate_hz if vision_rate_hz > 0 else 1.0,
-            echo_wait_ns=60 * NS_PER_MS, max_future_ns=NS_PER_S)
+            echo_wait_ns=60 * NS_PER_MS,
+            max_future_ns=NS_PER_S,
+        )
         self.fusion = FusionPipeline(config, engines)
         self.ring, self.associator = self.fusion.ring, self.fusion.associator
         self.scheduler = self.fusion.scheduler
-        self.counts = {"finals": 0, "partials": 0, "decisions": 0, "vision": 0,
-                       "nonempty_finals": 0, "forced_ends": 0}
+        self.counts = {
+            "finals": 0,
+            "partials": 0,
+            "decisions": 0,
+            "vision": 0,
+            "nonempty_finals": 0,
+            "forced_ends": 0,
+        }
 
-    def step(self, now_ns: int, audio: tuple[int, np.ndarray],
-             frame: tuple[int, np.ndarray] | None) -> None:
+    def step(
+        self, now_ns: int, audio: tuple[int, np.ndarray], frame: tuple[int, np.ndarray] | None
+    ) -> None:
         """One chunk (and the newest frame) in, the events counted."""
         for event in self.fusion.step(now_ns, audio=[audio], frame=frame, prompt=False):
             if isinstance(event, TranscriptEvent):
@@ -162,8 +178,9 @@ def smaps_rss() -> dict[str, int]:
 def smaps_growth(before: dict[str, int], after: dict[str, int], top: int = 8) -> list[str]:
     """The mappings whose resident size changed most between two :func:`smaps_rss`."""
     names = set(before) | set(after)
-    change = sorted(((after.get(n, 0) - before.get(n, 0), n) for n in names),
-                    key=lambda c: -abs(c[0]))
+    change = sorted(
+        ((after.get(n, 0) - before.get(n, 0), n) for n in names), key=lambda c: -abs(c[0])
+    )
     return [f"{kb:+d} kB {name}" for kb, name in change[:top] if kb]
 
 
@@ -172,9 +189,17 @@ def malloc_trim() -> None:
     ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
-def run(minutes: float, warmup: float, vision_rate_hz: float, camera_fps: float,
-        gap_s: float, asr: str | None = "pocketsphinx", trace: bool = False,
-        trim: bool = False, echo: bool = True) -> dict[str, object]:
+def run(
+    minutes: float,
+    warmup: float,
+    vision_rate_hz: float,
+    camera_fps: float,
+    gap_s: float,
+    asr: str | None = "pocketsphinx",
+    trace: bool = False,
+    trim: bool = False,
+    echo: bool = True,
+) -> dict[str, object]:
     smaps_warm: dict[str, int] | None = None
     audio = audio_loop(gap_s)
     frames = video_frames()
@@ -197,7 +222,7 @@ def run(minutes: float, warmup: float, vision_rate_hz: float, camera_fps: float,
     frame = None
     while t_ns < end_ns:
         offset = (chunk_index * CHUNK) % len(audio)
-        chunk = (t_ns, audio[offset:offset + CHUNK])
+        chunk = (t_ns, audio[offset : offset + CHUNK])
         chunk_index += 1
         t_ns += chunk_ns
         while next_frame_ns <= t_ns:
@@ -219,8 +244,12 @@ def run(minutes: float, warmup: float, vision_rate_hz: float, camera_fps: float,
                 gc.collect()
                 counts_before = object_counts()
                 tracemalloc.start(8)
-            if trace and snapshot_mid is None and counts_before is not None and \
-                    minute >= mid_minute:
+            if (
+                trace
+                and snapshot_mid is None
+                and counts_before is not None
+                and minute >= mid_minute
+            ):
                 gc.collect()
                 snapshot_mid = tracemalloc.take_snapshot()
     if trace and counts_before is not None:
@@ -241,16 +270,23 @@ def run(minutes: float, warmup: float, vision_rate_hz: float, camera_fps: float,
         "mb_per_hour": round(slope_per_hour([m for m, _ in kept], [r for _, r in kept]), 4),
         "target_mb_per_hour": 0.03,
         "samples": len(kept),
-        "mb_per_hour_second_half": round(slope_per_hour(
-            [m for m, _ in kept[len(kept) // 2:]], [r for _, r in kept[len(kept) // 2:]]), 4),
-        "rss_mb_every_10_min": [round(r, 3) for m, r in zip(samples_min, samples_rss,
-                                                             strict=True) if round(m) % 10 == 0],
+        "mb_per_hour_second_half": round(
+            slope_per_hour(
+                [m for m, _ in kept[len(kept) // 2 :]], [r for _, r in kept[len(kept) // 2 :]]
+            ),
+            4,
+        ),
+        "rss_mb_every_10_min": [
+            round(r, 3) for m, r in zip(samples_min, samples_rss, strict=True) if round(m) % 10 == 0
+        ],
         "counts": pipeline.counts,
         "ring": pipeline.ring.stats.as_dict(),
         "association": vars(pipeline.associator.stats),
         "slices_run": stats.slices_run,
-        "stage_ms_mean": {name: round(ns / max(stats.slices_run, 1) / 1e6, 3)
-                          for name, ns in stats.stage_ns_total.items()},
+        "stage_ms_mean": {
+            name: round(ns / max(stats.slices_run, 1) / 1e6, 3)
+            for name, ns in stats.stage_ns_total.items()
+        },
         "vision_rate_hz": vision_rate_hz,
         "camera_fps": camera_fps,
         "asr": asr,
@@ -261,8 +297,11 @@ def run(minutes: float, warmup: float, vision_rate_hz: float, camera_fps: float,
     }
 
 
-def trace_report(counts_before: collections.Counter[str],
-                 snapshot_mid: tracemalloc.Snapshot | None, top: int = 12) -> dict[str, object]:
+def trace_report(
+    counts_before: collections.Counter[str],
+    snapshot_mid: tracemalloc.Snapshot | None,
+    top: int = 12,
+) -> dict[str, object]:
     """What Python allocated after the warm-up and still holds, by line and by file; what
     grew between the middle of the measured span and its end (steady state cancels out);
     and the change in live objects by type (only types that changed)."""
@@ -272,8 +311,12 @@ def trace_report(counts_before: collections.Counter[str],
     grew = []
     if snapshot_mid is not None:
         diff = snapshot.compare_to(snapshot_mid.filter_traces(exclude), "lineno")
-        grew = [f"{d.traceback[0].filename}:{d.traceback[0].lineno} {d.size_diff / 1e3:+.1f} kB "
-                f"({d.count_diff:+d} blocks)" for d in diff[:top] if d.size_diff]
+        grew = [
+            f"{d.traceback[0].filename}:{d.traceback[0].lineno} {d.size_diff / 1e3:+.1f} kB "
+            f"({d.count_diff:+d} blocks)"
+            for d in diff[:top]
+            if d.size_diff
+        ]
     traced_now, traced_peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     counts = object_counts()
@@ -283,15 +326,25 @@ def trace_report(counts_before: collections.Counter[str],
     return {
         "traced_kb_held_since_warmup": round(traced_now / 1e3, 1),
         "traced_kb_peak": round(traced_peak / 1e3, 1),
-        "growth_second_half_kb": round(sum(
-            d.size_diff for d in snapshot.compare_to(snapshot_mid.filter_traces(exclude),
-                                                     "filename")) / 1e3, 1)
-        if snapshot_mid is not None else None,
+        "growth_second_half_kb": round(
+            sum(
+                d.size_diff
+                for d in snapshot.compare_to(snapshot_mid.filter_traces(exclude), "filename")
+            )
+            / 1e3,
+            1,
+        )
+        if snapshot_mid is not None
+        else None,
         "grew_second_half": grew,
-        "top_lines": [f"{s.traceback[0].filename}:{s.traceback[0].lineno} "
-                      f"{s.size / 1e3:.1f} kB in {s.count} blocks" for s in by_line],
-        "top_files": [f"{s.traceback[0].filename} {s.size / 1e3:.1f} kB in {s.count} blocks"
-                      for s in by_file],
+        "top_lines": [
+            f"{s.traceback[0].filename}:{s.traceback[0].lineno} "
+            f"{s.size / 1e3:.1f} kB in {s.count} blocks"
+            for s in by_line
+        ],
+        "top_files": [
+            f"{s.traceback[0].filename} {s.size / 1e3:.1f} kB in {s.count} blocks" for s in by_file
+        ],
         "object_count_changes": {k: v for k, v in counts.most_common() if v},
     }
 
@@ -299,26 +352,44 @@ def trace_report(counts_before: collections.Counter[str],
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=30.0, help="simulated stream length")
-    parser.add_argument("--warmup", type=float, default=5.0,
-                        help="simulated minutes left out of the slope")
-    parser.add_argument("--vision-rate", type=float, default=5.0,
-                        help="frames encoded per s (0: vision off)")
+    parser.add_argument(
+        "--warmup", type=float, default=5.0, help="simulated minutes left out of the slope"
+    )
+    parser.add_argument(
+        "--vision-rate", type=float, default=5.0, help="frames encoded per s (0: vision off)"
+    )
     parser.add_argument("--camera-fps", type=float, default=15.0, help="frames offered per s")
     parser.add_argument("--gap", type=float, default=2.0, help="seconds between utterances")
-    parser.add_argument("--asr-engine", default="pocketsphinx", choices=ASR_ENGINES,
-                        help="the recogniser")
+    parser.add_argument(
+        "--asr-engine", default="pocketsphinx", choices=ASR_ENGINES, help="the recogniser"
+    )
     parser.add_argument("--no-asr", action="store_true", help="VAD only, no recogniser")
-    parser.add_argument("--no-echo", action="store_true",
-                        help="no echo stage (the node's echo.enabled false)")
-    parser.add_argument("--trace", action="store_true",
-                        help="tracemalloc from the end of the warm-up; gc object counts")
-    parser.add_argument("--trim", action="store_true",
-                        help="malloc_trim(0) before each RSS sample (allocator check)")
+    parser.add_argument(
+        "--no-echo", action="store_true", help="no echo stage (the node's echo.enabled false)"
+    )
+    parser.add_argument(
+        "--trace",
+        action="store_true",
+        help="tracemalloc from the end of the warm-up; gc object counts",
+    )
+    parser.add_argument(
+        "--trim",
+        action="store_true",
+        help="malloc_trim(0) before each RSS sample (allocator check)",
+    )
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
-    result = run(args.minutes, args.warmup, args.vision_rate, args.camera_fps, args.gap,
-                 asr=None if args.no_asr else args.asr_engine, trace=args.trace,
-                 trim=args.trim, echo=not args.no_echo)
+    result = run(
+        args.minutes,
+        args.warmup,
+        args.vision_rate,
+        args.camera_fps,
+        args.gap,
+        asr=None if args.no_asr else args.asr_engine,
+        trace=args.trace,
+        trim=args.trim,
+        echo=not args.no_echo,
+    )
     text = json.dumps(result, indent=2, default=str)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

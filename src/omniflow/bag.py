@@ -45,8 +45,9 @@ def typestore():
     store = get_typestore(Stores.ROS2_JAZZY)
     types = {}
     for path in sorted((share_dir() / "msg").glob("*.msg")):
-        types.update(get_types_from_msg(path.read_text(encoding="utf-8"),
-                                        f"omniflow/msg/{path.stem}"))
+        types.update(
+            get_types_from_msg(path.read_text(encoding="utf-8"), f"omniflow/msg/{path.stem}")
+        )
     store.register(types)
     return store
 
@@ -62,8 +63,10 @@ def message_class(msgtype: str) -> type:
         package, kind, name = msgtype.split("/")
         return getattr(importlib.import_module(f"{package}.{kind}"), name)
     except (ValueError, ImportError, AttributeError) as err:
-        raise BagError(f"message type {msgtype!r} is not installed here (no Python module "
-                       f"for it); install its package or leave its topic out") from err
+        raise BagError(
+            f"message type {msgtype!r} is not installed here (no Python module "
+            f"for it); install its package or leave its topic out"
+        ) from err
 
 
 def decode(raw: bytes, msgtype: str) -> object:
@@ -126,14 +129,17 @@ class BagReader:
         if self.path.is_dir() and (self.path / "metadata.yaml").is_file():
             self._open_directory()
         else:
-            files = ([self.path] if self.path.is_file()
-                     else sorted(self.path.glob("*.mcap")))
+            files = [self.path] if self.path.is_file() else sorted(self.path.glob("*.mcap"))
             if not files:
-                raise BagError(f"{self.path} is neither an MCAP file nor a rosbag2 directory "
-                               "(no metadata.yaml, no .mcap files)")
+                raise BagError(
+                    f"{self.path} is neither an MCAP file nor a rosbag2 directory "
+                    "(no metadata.yaml, no .mcap files)"
+                )
             if self.path.is_dir():
-                self.problems.append(f"{self.path} has no metadata.yaml (the recording did not "
-                                     "finish); read from its .mcap files")
+                self.problems.append(
+                    f"{self.path} has no metadata.yaml (the recording did not "
+                    "finish); read from its .mcap files"
+                )
             self._files = files
             self._open_files()
 
@@ -144,14 +150,16 @@ class BagReader:
 
         try:
             with Reader(self.path) as reader:
-                self._topics = {c.topic: BagTopic(c.topic, c.msgtype, c.msgcount)
-                                for c in reader.connections}
+                self._topics = {
+                    c.topic: BagTopic(c.topic, c.msgtype, c.msgcount) for c in reader.connections
+                }
         except ReaderError as err:
             self._files = sorted(self.path.glob("*.mcap"))
             if not self._files:
                 raise BagError(f"cannot read bag {self.path}: {err}") from err
-            self.problems.append(f"{self.path}/metadata.yaml unusable ({err}); read from "
-                                 "its .mcap files")
+            self.problems.append(
+                f"{self.path}/metadata.yaml unusable ({err}); read from its .mcap files"
+            )
             self._open_files()
 
     def _open_files(self) -> None:
@@ -178,8 +186,10 @@ class BagReader:
     def _salvage(self, path: Path) -> None:
         salvaged = _salvage_mcap(path)
         if not salvaged.messages and not salvaged.topics:
-            raise BagError(f"{path} is not a readable MCAP file: "
-                           f"{'; '.join(salvaged.problems) or 'no records'}")
+            raise BagError(
+                f"{path} is not a readable MCAP file: "
+                f"{'; '.join(salvaged.problems) or 'no records'}"
+            )
         if self._salvaged is None:
             self._salvaged = _Salvaged()
         self._salvaged.messages.extend(salvaged.messages)
@@ -209,13 +219,20 @@ class BagReader:
         """BagError unless every named topic is in the bag with messages, naming what is there."""
         names = list(names)
         resolved = self.resolve(names)
-        missing = [name for name in names
-                   if name not in resolved or self._topics[resolved[name]].count == 0]
+        missing = [
+            name
+            for name in names
+            if name not in resolved or self._topics[resolved[name]].count == 0
+        ]
         if missing:
-            present = ", ".join(f"{t.name} ({t.msgtype}, {t.count})"
-                                for t in self._topics.values()) or "nothing"
-            raise BagError(f"bag {self.path} has no messages on {', '.join(missing)}; it holds: "
-                           f"{present}. Record those topics (omniflow record --topics ...)")
+            present = (
+                ", ".join(f"{t.name} ({t.msgtype}, {t.count})" for t in self._topics.values())
+                or "nothing"
+            )
+            raise BagError(
+                f"bag {self.path} has no messages on {', '.join(missing)}; it holds: "
+                f"{present}. Record those topics (omniflow record --topics ...)"
+            )
 
     def unknown_types(self) -> dict[str, str]:
         """Topics whose type cannot be decoded or published here: {topic: type}."""
@@ -225,13 +242,16 @@ class BagReader:
         """Messages of the named topics (all by default), in time order."""
         wanted = set(self._topics if topics is None else topics)
         if self._salvaged is not None:
-            yield from sorted((m for m in self._salvaged.messages if m.topic in wanted),
-                              key=lambda m: m.timestamp_ns)
+            yield from sorted(
+                (m for m in self._salvaged.messages if m.topic in wanted),
+                key=lambda m: m.timestamp_ns,
+            )
             return
         if self._files:
             yield from self._file_messages(wanted)
             return
         from rosbags.rosbag2 import Reader
+
         with Reader(self.path) as reader:
             connections = [c for c in reader.connections if c.topic in wanted]
             for connection, timestamp, raw in reader.messages(connections=connections):
@@ -252,8 +272,7 @@ class BagReader:
             finally:
                 reader.close()
 
-        yield from heapq.merge(*(one(path) for path in self._files),
-                               key=lambda m: m.timestamp_ns)
+        yield from heapq.merge(*(one(path) for path in self._files), key=lambda m: m.timestamp_ns)
 
     def decoded(self, topics: Iterable[str] | None = None) -> Iterator[tuple[BagMessage, object]]:
         """Messages with their decoded form; topics of unknown types are skipped."""
@@ -279,9 +298,11 @@ class BagWriter:
         self.path = Path(path)
         self.counts: dict[str, int] = {}
         self._connections: dict[str, object] = {}
-        self._writer = Writer(self.path, version=Writer.VERSION_LATEST,
-                              storage_plugin=StoragePlugin.MCAP) if not self.path.exists() \
+        self._writer = (
+            Writer(self.path, version=Writer.VERSION_LATEST, storage_plugin=StoragePlugin.MCAP)
+            if not self.path.exists()
             else None
+        )
         if self._writer is None:
             raise BagError(f"{self.path} exists already; choose another output directory")
         if compress:
@@ -301,7 +322,8 @@ class BagWriter:
         if not known_type(msgtype):
             raise BagError(f"cannot record {name}: message type {msgtype!r} is unknown here")
         self._connections[name] = self._writer.add_connection(
-            name, msgtype, typestore=typestore(), offered_qos_profiles=[_offered_qos(name)])
+            name, msgtype, typestore=typestore(), offered_qos_profiles=[_offered_qos(name)]
+        )
         self.counts[name] = 0
 
     def write(self, topic: str, timestamp_ns: int, raw: bytes) -> None:
@@ -360,17 +382,27 @@ def _offered_qos(name: str):
     reliability, durability, depth = {
         SENSOR_DATA: (QosReliability.BEST_EFFORT, QosDurability.VOLATILE, 5),
         LATCHED: (QosReliability.RELIABLE, QosDurability.TRANSIENT_LOCAL, 1),
-        EVENTS: (QosReliability.RELIABLE, QosDurability.VOLATILE, 50)}[kind]
+        EVENTS: (QosReliability.RELIABLE, QosDurability.VOLATILE, 50),
+    }[kind]
     unset = QosTime(0, 0)
-    return Qos(QosHistory.KEEP_LAST, depth, reliability, durability, unset, unset,
-               QosLiveliness.AUTOMATIC, unset, False)
+    return Qos(
+        QosHistory.KEEP_LAST,
+        depth,
+        reliability,
+        durability,
+        unset,
+        unset,
+        QosLiveliness.AUTOMATIC,
+        unset,
+        False,
+    )
 
 
 # --------------------------------------------------------------------- salvaging truncated MCAP
 def _string(body: bytes, offset: int) -> tuple[str, int]:
     (length,) = struct.unpack_from("<I", body, offset)
     start = offset + 4
-    return body[start:start + length].decode("utf-8"), start + length
+    return body[start : start + length].decode("utf-8"), start + length
 
 
 def _decompress(data: bytes, compression: str, size: int) -> bytes:
@@ -378,15 +410,23 @@ def _decompress(data: bytes, compression: str, size: int) -> bytes:
         return data
     if compression == "zstd":
         from backports import zstd
+
         return zstd.decompress(data)
     if compression == "lz4":
         import lz4.frame
+
         return lz4.frame.decompress(data)
     raise BagError(f"unsupported MCAP chunk compression {compression!r}")
 
 
-def _scan_records(data: bytes, start: int, salvaged: _Salvaged, schemas: dict[int, str],
-                  channels: dict[int, tuple[str, str]], in_chunk: bool) -> int:
+def _scan_records(
+    data: bytes,
+    start: int,
+    salvaged: _Salvaged,
+    schemas: dict[int, str],
+    channels: dict[int, tuple[str, str]],
+    in_chunk: bool,
+) -> int:
     """Read complete records from ``data[start:]``; returns where the last one ended."""
     offset = start
     while offset + 9 <= len(data):
@@ -415,7 +455,7 @@ def _scan_records(data: bytes, start: int, salvaged: _Salvaged, schemas: dict[in
             _start_t, _end_t, size, crc = struct.unpack_from("<QQQI", body, 0)
             compression, pos = _string(body, 28)
             (compressed_size,) = struct.unpack_from("<Q", body, pos)
-            records = _decompress(body[pos + 8:pos + 8 + compressed_size], compression, size)
+            records = _decompress(body[pos + 8 : pos + 8 + compressed_size], compression, size)
             if crc and zlib.crc32(records) != crc:
                 salvaged.problems.append(f"a chunk at byte {offset} fails its CRC; skipped")
             else:
@@ -439,5 +479,6 @@ def _salvage_mcap(path: Path) -> _Salvaged:
             f"{path.name} is truncated: it ends inside a record at byte {end} of {len(data)} "
             f"(no index or footer); read {len(salvaged.messages)} complete messages up to "
             f"t={last / NS_PER_S:.3f} s, anything after that (at most the last ~"
-            f"{CHUNK_BYTES >> 20} MiB chunk) is lost")
+            f"{CHUNK_BYTES >> 20} MiB chunk) is lost"
+        )
     return salvaged

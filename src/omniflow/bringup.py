@@ -32,25 +32,41 @@ BASE_LAUNCH_FILE = "omniflow.launch.py"
 
 def declare(arguments: Iterable[LaunchArgument]) -> list[DeclareLaunchArgument]:
     """One DeclareLaunchArgument per argument."""
-    return [DeclareLaunchArgument(a.name, default_value=a.default, description=a.description,
-                                  choices=list(a.choices) or None)
-            for a in arguments]
+    return [
+        DeclareLaunchArgument(
+            a.name,
+            default_value=a.default,
+            description=a.description,
+            choices=list(a.choices) or None,
+        )
+        for a in arguments
+    ]
 
 
 def include_base(profile_name: str) -> IncludeLaunchDescription:
     """The base launch file with this profile, every standard argument passed through."""
-    passed = {"profile": profile_name,
-              **{a.name: LaunchConfiguration(a.name) for a in standard_arguments(profile_name)}}
-    return IncludeLaunchDescription(PathJoinSubstitution([ThisLaunchFileDir(), BASE_LAUNCH_FILE]),
-                                    launch_arguments=passed.items())
+    passed = {
+        "profile": profile_name,
+        **{a.name: LaunchConfiguration(a.name) for a in standard_arguments(profile_name)},
+    }
+    return IncludeLaunchDescription(
+        PathJoinSubstitution([ThisLaunchFileDir(), BASE_LAUNCH_FILE]),
+        launch_arguments=passed.items(),
+    )
 
 
-def profile_launch(profile_name: str, *extra: LaunchDescriptionEntity,
-                   arguments: Iterable[LaunchArgument] = ()) -> LaunchDescription:
+def profile_launch(
+    profile_name: str, *extra: LaunchDescriptionEntity, arguments: Iterable[LaunchArgument] = ()
+) -> LaunchDescription:
     """A profile's launch file: the standard arguments (defaults of that profile) and
     ``arguments``, the base included with the profile, then ``extra`` actions."""
-    return LaunchDescription([*declare((*standard_arguments(profile_name), *arguments)),
-                              include_base(profile_name), *extra])
+    return LaunchDescription(
+        [
+            *declare((*standard_arguments(profile_name), *arguments)),
+            include_base(profile_name),
+            *extra,
+        ]
+    )
 
 
 def base_launch() -> LaunchDescription:
@@ -66,7 +82,12 @@ def _nodes(context: LaunchContext) -> list[LaunchDescriptionEntity]:
         return LaunchConfiguration(name).perform(context)
 
     actions = launch_node_actions(
-        value("profile"), get_package_share_directory("omniflow"), namespace=value("namespace"),
-        use_sim_time=value("use_sim_time") == "true", log_level=value("log_level"),
-        params_file=value("params_file"), camera_dds_profile=value("camera_dds_profile"))
+        value("profile"),
+        get_package_share_directory("omniflow"),
+        namespace=value("namespace"),
+        use_sim_time=value("use_sim_time") == "true",
+        log_level=value("log_level"),
+        params_file=value("params_file"),
+        camera_dds_profile=value("camera_dds_profile"),
+    )
     return [Node(**kwargs) for kwargs in actions]

@@ -47,15 +47,29 @@ class Converse(py_trees.behaviour.Behaviour):
         blackboard_key: where the answer is written on success (None: nowhere).
     """
 
-    def __init__(self, name: str, node: Node, *, prompt: str = "", listen: bool = False,
-                 use_vision: bool = False, preempt: bool = False, timeout_s: float = 0.0,
-                 action_name: str = "converse", server_timeout_s: float = 10.0,
-                 blackboard_key: str | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        node: Node,
+        *,
+        prompt: str = "",
+        listen: bool = False,
+        use_vision: bool = False,
+        preempt: bool = False,
+        timeout_s: float = 0.0,
+        action_name: str = "converse",
+        server_timeout_s: float = 10.0,
+        blackboard_key: str | None = None,
+    ) -> None:
         super().__init__(name)
         self.node = node
         self.goal = ConverseAction.Goal(
             mode=ConverseAction.Goal.MODE_LISTEN if listen else ConverseAction.Goal.MODE_PROMPT,
-            prompt=prompt, use_vision=use_vision, preempt=preempt, timeout_s=float(timeout_s))
+            prompt=prompt,
+            use_vision=use_vision,
+            preempt=preempt,
+            timeout_s=float(timeout_s),
+        )
         self.action_name = action_name
         self.server_timeout_s = server_timeout_s
         self.blackboard_key = blackboard_key
@@ -77,16 +91,19 @@ class Converse(py_trees.behaviour.Behaviour):
         """
         self._client = ActionClient(self.node, ConverseAction, self.action_name)
         if not self._client.wait_for_server(timeout_sec=self.server_timeout_s):
-            raise RuntimeError(f"{self.name}: no '{self.action_name}' action server after "
-                               f"{self.server_timeout_s:g} s: is the dialogue node running "
-                               "and active in this namespace?")
+            raise RuntimeError(
+                f"{self.name}: no '{self.action_name}' action server after "
+                f"{self.server_timeout_s:g} s: is the dialogue node running "
+                "and active in this namespace?"
+            )
 
     def initialise(self) -> None:
         self.partial = ""
         self.result = None
         self._goal_handle = self._result_future = None
-        self._goal_future = self._client.send_goal_async(self.goal,
-                                                         feedback_callback=self._on_feedback)
+        self._goal_future = self._client.send_goal_async(
+            self.goal, feedback_callback=self._on_feedback
+        )
         self.feedback_message = "goal sent"
 
     def _on_feedback(self, feedback) -> None:
@@ -115,27 +132,43 @@ class Converse(py_trees.behaviour.Behaviour):
 
     def terminate(self, new_status: py_trees.common.Status) -> None:
         """Cancel the goal when the tree abandons this behaviour while it runs."""
-        if new_status == py_trees.common.Status.INVALID and self._goal_handle is not None \
-                and self._goal_handle.accepted and self._result_future is not None \
-                and not self._result_future.done():
+        if (
+            new_status == py_trees.common.Status.INVALID
+            and self._goal_handle is not None
+            and self._goal_handle.accepted
+            and self._result_future is not None
+            and not self._result_future.done()
+        ):
             self._goal_handle.cancel_goal_async()
             self.feedback_message = "cancelled by the tree"
 
 
-def example_tree(node: Node, prompt: str = "Say hello to the visitor in one short sentence.",
-                 listen_timeout_s: float = 30.0) -> py_trees.behaviours.Behaviour:
+def example_tree(
+    node: Node,
+    prompt: str = "Say hello to the visitor in one short sentence.",
+    listen_timeout_s: float = 30.0,
+) -> py_trees.behaviours.Behaviour:
     """Greet, then answer the visitor's next question: a sequence of two converse goals."""
     root = py_trees.composites.Sequence(name="greet and answer", memory=True)
-    root.add_children([
-        Converse("greet", node, prompt=prompt, blackboard_key="greeting"),
-        Converse("answer the visitor", node, listen=True, use_vision=True,
-                 timeout_s=listen_timeout_s, blackboard_key="answer"),
-    ])
+    root.add_children(
+        [
+            Converse("greet", node, prompt=prompt, blackboard_key="greeting"),
+            Converse(
+                "answer the visitor",
+                node,
+                listen=True,
+                use_vision=True,
+                timeout_s=listen_timeout_s,
+                blackboard_key="answer",
+            ),
+        ]
+    )
     return root
 
 
-def run_tree(root: py_trees.behaviour.Behaviour, ticks_hz: float = 10.0,
-             timeout_s: float = 120.0) -> py_trees.common.Status:
+def run_tree(
+    root: py_trees.behaviour.Behaviour, ticks_hz: float = 10.0, timeout_s: float = 120.0
+) -> py_trees.common.Status:
     """Tick ``root`` until it finishes or ``timeout_s`` passes (the node spins elsewhere)."""
     tree = py_trees.trees.BehaviourTree(root)
     tree.setup(timeout=timeout_s)

@@ -68,10 +68,14 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     chosen = profile(args.profile)
     if chosen.use_sim_time and args.bag is None:
-        raise OmniflowError("profile 'replay' needs --bag: the bag stands in for the capture "
-                            "nodes")
-    specs = profile_nodes(args.profile, str(share_dir()), args.namespace,
-                          log_level=args.log_level, params_file=args.params_file)
+        raise OmniflowError("profile 'replay' needs --bag: the bag stands in for the capture nodes")
+    specs = profile_nodes(
+        args.profile,
+        str(share_dir()),
+        args.namespace,
+        log_level=args.log_level,
+        params_file=args.params_file,
+    )
     stop = _stop_event()
     _status(f"omniflow run --profile {args.profile}: {chosen.description}")
     supervisor = Supervisor(specs, set(CAPTURE_NODES), RESPAWN_DELAY_S, report=_status)
@@ -82,8 +86,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.bag is not None:
             _wait_until_ready(list(supervisor.processes.values()), args.namespace)
             player_thread = threading.Thread(
-                target=_replay, daemon=True, name="player",
-                args=(args.bag, args.namespace, args.rate, True, False, None, stop))
+                target=_replay,
+                daemon=True,
+                name="player",
+                args=(args.bag, args.namespace, args.rate, True, False, None, stop),
+            )
             player_thread.start()
         while not stop.wait(_POLL_S):
             supervisor.poll()
@@ -145,16 +152,26 @@ def cmd_record(args: argparse.Namespace) -> int:
         node.destroy_node()
         rclpy.shutdown(context=context)
     _status("")
-    _status(f"closed {out}: " + (", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
-                                 or "no messages"))
+    _status(
+        f"closed {out}: "
+        + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "no messages")
+    )
     for name, why in recorder.skipped.items():
         _status(f"  not recorded: {name} ({why})")
     return 0
 
 
 # ----------------------------------------------------------------------------- replay
-def _replay(bag: Path, namespace: str, rate: float, clock: bool, loop: bool,
-            topics: list[str] | None, stop: threading.Event, wait_s: float = 10.0) -> int:
+def _replay(
+    bag: Path,
+    namespace: str,
+    rate: float,
+    clock: bool,
+    loop: bool,
+    topics: list[str] | None,
+    stop: threading.Event,
+    wait_s: float = 10.0,
+) -> int:
     import rclpy
 
     from omniflow.bag import BagReader
@@ -171,8 +188,9 @@ def _replay(bag: Path, namespace: str, rate: float, clock: bool, loop: bool,
         # Names as ros2 bag records them (/audio, /robot1/audio) go to the graph's relative
         # names, so --namespace places them.
         remap = {name: graph_topic_name(name) for name in reader.topics}
-        player = Player(node, reader, topics=topics, namespace=namespace, rate=rate,
-                        clock=clock, remap=remap)
+        player = Player(
+            node, reader, topics=topics, namespace=namespace, rate=rate, clock=clock, remap=remap
+        )
         for name, why in player.stats.skipped_topics.items():
             _status(f"warning: not playing {name}: {why}")
         _status(f"waiting up to {wait_s:g} s for subscribers on {', '.join(player.topics)}")
@@ -181,14 +199,20 @@ def _replay(bag: Path, namespace: str, rate: float, clock: bool, loop: bool,
             _status(f"  no subscriber yet on {', '.join(missing)}; playing anyway")
 
         def progress(done_ns: int, total_ns: int) -> None:
-            _status(f"  played {done_ns / NS_PER_S:6.1f} / {total_ns / NS_PER_S:.1f} s "
-                    "(bag time)", end="")
+            _status(
+                f"  played {done_ns / NS_PER_S:6.1f} / {total_ns / NS_PER_S:.1f} s (bag time)",
+                end="",
+            )
 
-        stats = player.play(loop=loop, stop=stop, progress=progress,
-                            preroll_s=0.5 if clock else 0.0)
+        stats = player.play(
+            loop=loop, stop=stop, progress=progress, preroll_s=0.5 if clock else 0.0
+        )
         _status("")
-        _status("published " + ", ".join(f"{k} {v}" for k, v in sorted(stats.published.items()))
-                + (f" ({stats.loops} loops)" if stats.loops else ""))
+        _status(
+            "published "
+            + ", ".join(f"{k} {v}" for k, v in sorted(stats.published.items()))
+            + (f" ({stats.loops} loops)" if stats.loops else "")
+        )
     finally:
         node.destroy_node()
         rclpy.shutdown(context=context)
@@ -196,8 +220,16 @@ def _replay(bag: Path, namespace: str, rate: float, clock: bool, loop: bool,
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    return _replay(args.bag, args.namespace, args.rate, args.clock, args.loop, args.topics,
-                   _stop_event(), args.wait)
+    return _replay(
+        args.bag,
+        args.namespace,
+        args.rate,
+        args.clock,
+        args.loop,
+        args.topics,
+        _stop_event(),
+        args.wait,
+    )
 
 
 # ----------------------------------------------------------------------------- main
@@ -206,39 +238,57 @@ def parser() -> argparse.ArgumentParser:
     sub = top.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="start the graph, one process per node")
-    run.add_argument("--profile", choices=("pc", "pi", "replay"), default="pc",
-                     help="pc: robot PC; pi: Raspberry Pi 5 + Coral; replay: a bag instead "
-                     "of the capture nodes (needs --bag)")
+    run.add_argument(
+        "--profile",
+        choices=("pc", "pi", "replay"),
+        default="pc",
+        help="pc: robot PC; pi: Raspberry Pi 5 + Coral; replay: a bag instead "
+        "of the capture nodes (needs --bag)",
+    )
     run.add_argument("--bag", type=Path, help="play this bag into the graph (with /clock)")
     run.add_argument("--rate", type=float, default=1.0, help="playback rate of --bag")
-    run.add_argument("--params-file", help="YAML keyed by node name instead of the "
-                     "profile's")
+    run.add_argument("--params-file", help="YAML keyed by node name instead of the profile's")
     run.add_argument("--namespace", default="", help="namespace of every node")
     run.add_argument("--log-level", default="info", help="debug, info, warn, error")
 
     record = sub.add_parser("record", help="record topics into an MCAP bag")
-    record.add_argument("--topics", nargs="+", help="topics (relative to the namespace); "
-                        "default: every topic of the graph")
-    record.add_argument("-o", "--output", type=Path, help="bag directory to create "
-                        "(default: omniflow_<UTC date>_<time>)")
+    record.add_argument(
+        "--topics",
+        nargs="+",
+        help="topics (relative to the namespace); default: every topic of the graph",
+    )
+    record.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        help="bag directory to create (default: omniflow_<UTC date>_<time>)",
+    )
     record.add_argument("--duration", type=float, help="stop after this many seconds")
     record.add_argument("--namespace", default="", help="namespace of the graph")
 
     replay = sub.add_parser("replay", help="publish a bag with its original timing")
     replay.add_argument("bag", type=Path, help="MCAP file or rosbag2 directory")
-    replay.add_argument("--rate", type=float, default=1.0, help="rate factor (2: twice as "
-                        "fast)")
-    replay.add_argument("--clock", action="store_true", help="publish /clock from the bag's "
-                        "time, for nodes with use_sim_time")
-    replay.add_argument("--loop", action="store_true", help="play again at the end (the clock "
-                        "keeps going forward)")
+    replay.add_argument("--rate", type=float, default=1.0, help="rate factor (2: twice as fast)")
+    replay.add_argument(
+        "--clock",
+        action="store_true",
+        help="publish /clock from the bag's time, for nodes with use_sim_time",
+    )
+    replay.add_argument(
+        "--loop", action="store_true", help="play again at the end (the clock keeps going forward)"
+    )
     replay.add_argument("--topics", nargs="+", help="only these topics")
     replay.add_argument("--namespace", default="", help="namespace to publish into")
-    replay.add_argument("--wait", type=float, default=10.0, help="seconds to wait for "
-                        "subscribers before the first message")
+    replay.add_argument(
+        "--wait",
+        type=float,
+        default=10.0,
+        help="seconds to wait for subscribers before the first message",
+    )
 
-    sub.add_parser("demo", help="the graph on the bundled session (omniflow demo --help)",
-                   add_help=False)
+    sub.add_parser(
+        "demo", help="the graph on the bundled session (omniflow demo --help)", add_help=False
+    )
     return top
 
 
@@ -246,6 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["demo"]:  # its own options (omniflow demo --help)
         from omniflow import demo
+
         return demo.main(argv[1:])
     args = parser().parse_args(argv)
     commands = {"run": cmd_run, "record": cmd_record, "replay": cmd_replay}

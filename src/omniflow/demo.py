@@ -84,8 +84,9 @@ class Progress:
             return
         width = 30
         filled = int(width * min(done / total, 1.0)) if total else width
-        line = (f"      [{'#' * filled}{'.' * (width - filled)}] {done:5.1f} / "
-                f"{total:.1f}{unit} {what}")
+        line = (
+            f"      [{'#' * filled}{'.' * (width - filled)}] {done:5.1f} / {total:.1f}{unit} {what}"
+        )
         if self._tty:
             print("\r" + line, end="" if done < total else "\n", file=sys.stderr, flush=True)
         elif done >= total or int(done) % 4 == 0:
@@ -111,21 +112,35 @@ class LivePrinter:
         with self._lock:
             if topic == "transcript" and msg.is_final:
                 self._end_response()
-                self._out(f"{self._t(report.stamp_ns(msg.end))} heard (utterance "
-                          f"{msg.utterance_id}): \"{msg.text}\"")
+                self._out(
+                    f"{self._t(report.stamp_ns(msg.end))} heard (utterance "
+                    f'{msg.utterance_id}): "{msg.text}"'
+                )
             elif topic == "associations":
                 self._end_response()
                 chosen = [c for c in msg.candidates if c.chosen]
-                frames = ", ".join(f"{(report.stamp_ns(c.stamp) - self._start_ns) / NS_PER_S:.3f} s"
-                                   f" (score {c.score:.2f})" for c in chosen) or "none"
-                self._out(f"{self._t(report.stamp_ns(msg.trigger.stamp))} speech onset: "
-                          f"chose frame(s) {frames} of {len(msg.candidates)} in the window")
+                frames = (
+                    ", ".join(
+                        f"{(report.stamp_ns(c.stamp) - self._start_ns) / NS_PER_S:.3f} s"
+                        f" (score {c.score:.2f})"
+                        for c in chosen
+                    )
+                    or "none"
+                )
+                self._out(
+                    f"{self._t(report.stamp_ns(msg.trigger.stamp))} speech onset: "
+                    f"chose frame(s) {frames} of {len(msg.candidates)} in the window"
+                )
             elif topic == "response":
                 if self._turn != msg.turn_id:
                     self._end_response()
                     self._turn = msg.turn_id
-                    print(f"{self._t(report.stamp_ns(msg.header.stamp))} robot (turn "
-                          f"{msg.turn_id}): ", end="", flush=True)
+                    print(
+                        f"{self._t(report.stamp_ns(msg.header.stamp))} robot (turn "
+                        f"{msg.turn_id}): ",
+                        end="",
+                        flush=True,
+                    )
                 print(msg.text_delta, end="", flush=True)
                 if msg.is_final:
                     self._end_response()
@@ -146,8 +161,7 @@ def _lifecycle_state(client) -> int | None:
     return future.result().current_state.id if done.wait(5.0) else None
 
 
-def wait_ready(node, processes: list[NodeProcess], timeout_s: float,
-                progress: Progress) -> None:
+def wait_ready(node, processes: list[NodeProcess], timeout_s: float, progress: Progress) -> None:
     """Wait until every node process is in the graph and, if it is a lifecycle node, active;
     raise OmniflowError with the node's output if one dies or does not get there in time."""
     from lifecycle_msgs.srv import GetState
@@ -160,18 +174,23 @@ def wait_ready(node, processes: list[NodeProcess], timeout_s: float,
         client = None
         while True:
             if not process.running:
-                raise OmniflowError(f"node {spec.name} exited with "
-                                    f"{process.process.returncode}:\n{process.output()}")
+                raise OmniflowError(
+                    f"node {spec.name} exited with "
+                    f"{process.process.returncode}:\n{process.output()}"
+                )
             if time.monotonic() > deadline:
-                raise OmniflowError(f"node {spec.name} was not ready within {timeout_s:.0f} s:"
-                                    f"\n{process.output()}")
+                raise OmniflowError(
+                    f"node {spec.name} was not ready within {timeout_s:.0f} s:\n{process.output()}"
+                )
             services = dict(node.get_service_names_and_types())
             if state_service in services:
                 client = client or node.create_client(GetState, state_service)
                 if _lifecycle_state(client) == ACTIVE:
                     break
-            elif (spec.name, spec.namespace or "/") in node.get_node_names_and_namespaces() \
-                    and time.monotonic() > deadline - timeout_s + 5.0:
+            elif (
+                (spec.name, spec.namespace or "/") in node.get_node_names_and_namespaces()
+                and time.monotonic() > deadline - timeout_s + 5.0
+            ):
                 break  # a plain node: being in the graph is enough
             time.sleep(0.2)
         if client is not None:
@@ -197,9 +216,15 @@ def _listening_again(node, dialogue: bool) -> threading.Event:
     return listening
 
 
-def run_session(bag: Path, *, out_dir: Path | None = None, rate: float = 1.0,
-                quiet: bool = False, namespace: str = NAMESPACE,
-                overrides: dict[str, dict[str, object]] | None = None) -> SessionResult:
+def run_session(
+    bag: Path,
+    *,
+    out_dir: Path | None = None,
+    rate: float = 1.0,
+    quiet: bool = False,
+    namespace: str = NAMESPACE,
+    overrides: dict[str, dict[str, object]] | None = None,
+) -> SessionResult:
     """Replay ``bag`` through the replay profile's nodes and record what they publish;
     ``overrides``: parameters by node name, over the replay profile's."""
     import rclpy
@@ -229,8 +254,12 @@ def run_session(bag: Path, *, out_dir: Path | None = None, rate: float = 1.0,
     processes = [NodeProcess(spec) for spec in specs]
     context = rclpy.Context()
     rclpy.init(context=context)
-    monitor = rclpy.create_node("omniflow_monitor", namespace=namespace, context=context,
-                                parameter_overrides=[Parameter("use_sim_time", value=True)])
+    monitor = rclpy.create_node(
+        "omniflow_monitor",
+        namespace=namespace,
+        context=context,
+        parameter_overrides=[Parameter("use_sim_time", value=True)],
+    )
     player_node = rclpy.create_node("omniflow_player", namespace=namespace, context=context)
     if not quiet:  # the recorder's per-topic lines would drown the conversation
         monitor.get_logger().set_level(rclpy.logging.LoggingSeverity.WARN)
@@ -239,6 +268,7 @@ def run_session(bag: Path, *, out_dir: Path | None = None, rate: float = 1.0,
     outputs_bag = out_dir / "outputs"
     if outputs_bag.exists():
         import shutil
+
         shutil.rmtree(outputs_bag)
     recorded = [spec.name for spec in output_topics(replay.nodes)] + list(EXTRA_RECORDED)
     printer = LivePrinter(start_ns, out=(lambda text: None) if quiet else None)
@@ -248,21 +278,38 @@ def run_session(bag: Path, *, out_dir: Path | None = None, rate: float = 1.0,
             answered = _listening_again(monitor, "dialogue" in replay.nodes)
             wait_ready(monitor, processes, READY_TIMEOUT_S, progress)
             replayed = [t for t in inputs.values() if t not in reader.unknown_types()]
-            player = Player(player_node, reader, topics=replayed, namespace=namespace,
-                            rate=rate, clock=True, remap={b: g for g, b in inputs.items()})
+            player = Player(
+                player_node,
+                reader,
+                topics=replayed,
+                namespace=namespace,
+                rate=rate,
+                clock=True,
+                remap={b: g for g, b in inputs.items()},
+            )
             missing = player.wait_for_subscribers(
-                SUBSCRIBER_TIMEOUT_S, [inputs[t] for t in INPUT_TOPICS])
+                SUBSCRIBER_TIMEOUT_S, [inputs[t] for t in INPUT_TOPICS]
+            )
             if missing:
-                raise OmniflowError(f"no subscriber on {', '.join(missing)} after "
-                                    f"{SUBSCRIBER_TIMEOUT_S:.0f} s")
-            duration_s = (max(m.timestamp_ns for m in reader.messages(
-                [inputs[INPUT_TOPICS[0]]])) - start_ns) / NS_PER_S
-            progress.step(f"replaying {duration_s:.1f} s of {bag.name} at {rate:g}x "
-                          f"({', '.join(player.topics)})")
-            player.play(progress=lambda done, total: progress.bar(done / NS_PER_S, total / NS_PER_S,
-                                                                  "played"),
-                        tail_s=TAIL_S, preroll_s=0.5, until=answered.is_set,
-                        until_max_s=ANSWER_WAIT_S)
+                raise OmniflowError(
+                    f"no subscriber on {', '.join(missing)} after {SUBSCRIBER_TIMEOUT_S:.0f} s"
+                )
+            duration_s = (
+                max(m.timestamp_ns for m in reader.messages([inputs[INPUT_TOPICS[0]]])) - start_ns
+            ) / NS_PER_S
+            progress.step(
+                f"replaying {duration_s:.1f} s of {bag.name} at {rate:g}x "
+                f"({', '.join(player.topics)})"
+            )
+            player.play(
+                progress=lambda done, total: progress.bar(
+                    done / NS_PER_S, total / NS_PER_S, "played"
+                ),
+                tail_s=TAIL_S,
+                preroll_s=0.5,
+                until=answered.is_set,
+                until_max_s=ANSWER_WAIT_S,
+            )
             time.sleep(SETTLE_S)
             recorder.close()
         progress.step("stopping the nodes")
@@ -282,41 +329,57 @@ def print_summary(result: SessionResult) -> dict[str, Path]:
     """The transcript, chosen frames, responses, latency table; writes the report files."""
     run = result.run
     print("\ntranscript:")
-    for entry in report.transcripts(run) or [{"start_s": 0, "end_s": 0, "text": "(nothing)",
-                                               "utterance_id": 0}]:
-        print(f"  {entry['start_s']:6.2f}-{entry['end_s']:6.2f} s  utterance "
-              f"{entry['utterance_id']}: \"{entry['text']}\"")
+    for entry in report.transcripts(run) or [
+        {"start_s": 0, "end_s": 0, "text": "(nothing)", "utterance_id": 0}
+    ]:
+        print(
+            f"  {entry['start_s']:6.2f}-{entry['end_s']:6.2f} s  utterance "
+            f'{entry["utterance_id"]}: "{entry["text"]}"'
+        )
     print("\nframes the association chose (speech onset -> frame times):")
     for entry in report.associations(run):
         chosen = ", ".join(f"{c:.3f} s" for c in entry["chosen_s"]) or "none"
-        print(f"  onset {entry['trigger_s']:6.2f} s -> {chosen} "
-              f"(of {entry['candidates']} candidates)")
+        print(
+            f"  onset {entry['trigger_s']:6.2f} s -> {chosen} (of {entry['candidates']} candidates)"
+        )
     turns = report.responses(run)
     print("\nresponse:" if turns else "\nresponse: n/a (the dialogue node published no answer)")
     for turn in turns:
         print(f"  turn {turn['turn_id']}: {turn['text']}")
     for topic, counts in report.delivered(run).items():
         if counts["fusion"] < 0.95 * counts["monitor"]:
-            print(f"\nnote: fusion received {counts['fusion']} of {counts['monitor']} {topic} "
-                  "messages: this machine was too busy to keep up; try --rate 0.5")
+            print(
+                f"\nnote: fusion received {counts['fusion']} of {counts['monitor']} {topic} "
+                "messages: this machine was too busy to keep up; try --rate 0.5"
+            )
     print("\nlatency per stage (bag replay on this machine):")
     print(report.latency_table(report.latency(run)))
     paths = report.write(run, result.out_dir)
     print(f"\nwrote under {result.out_dir}:")
-    print(f"  {paths['json'].name}, {paths['timeline'].name}, "
-          f"{len(paths) - 2} chosen frame(s), outputs/ (the recorded outputs, MCAP)")
+    print(
+        f"  {paths['json'].name}, {paths['timeline'].name}, "
+        f"{len(paths) - 2} chosen frame(s), outputs/ (the recorded outputs, MCAP)"
+    )
     return paths
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="omniflow demo", description=__doc__.splitlines()[0])
-    parser.add_argument("--bag", type=Path, help="a session bag (MCAP file or rosbag2 "
-                        "directory) with audio and image_raw; default: the bundled session")
-    parser.add_argument("--audio", type=Path, help="a sound file (any rate: resampled to "
-                        "16 kHz mono) instead of a bag; needs --video")
+    parser.add_argument(
+        "--bag",
+        type=Path,
+        help="a session bag (MCAP file or rosbag2 "
+        "directory) with audio and image_raw; default: the bundled session",
+    )
+    parser.add_argument(
+        "--audio",
+        type=Path,
+        help="a sound file (any rate: resampled to 16 kHz mono) instead of a bag; needs --video",
+    )
     parser.add_argument("--video", type=Path, help="a video file; needs --audio")
-    parser.add_argument("--out", type=Path, help="output directory (default: a new "
-                        "temporary one, printed)")
+    parser.add_argument(
+        "--out", type=Path, help="output directory (default: a new temporary one, printed)"
+    )
     parser.add_argument("--rate", type=float, default=1.0, help="replay rate factor")
     args = parser.parse_args(argv)
     if (args.audio is None) != (args.video is None):
@@ -328,8 +391,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.audio:
             from omniflow.session import session_from_files
-            bag = session_from_files(args.audio, args.video, out_dir / "input.mcap",
-                                     warn=lambda text: print(f"note: {text}", file=sys.stderr))
+
+            bag = session_from_files(
+                args.audio,
+                args.video,
+                out_dir / "input.mcap",
+                warn=lambda text: print(f"note: {text}", file=sys.stderr),
+            )
         else:
             bag = args.bag or default_bag()
         result = run_session(bag, out_dir=out_dir, rate=args.rate)

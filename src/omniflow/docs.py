@@ -20,8 +20,7 @@ def _cell(text: object) -> str:
 
 def parameter_table(specs: tuple[ParamSpec, ...]) -> str:
     """A Markdown table: name, default, allowed values, when applied, description."""
-    rows = ["| parameter | default | allowed | applied | description |",
-            "|---|---|---|---|---|"]
+    rows = ["| parameter | default | allowed | applied | description |", "|---|---|---|---|---|"]
     for spec in specs:
         if spec.choices:
             allowed = ", ".join(spec.choices)
@@ -31,10 +30,15 @@ def parameter_table(specs: tuple[ParamSpec, ...]) -> str:
             allowed = ""
         applied = "start-up" if spec.read_only else "at once" if spec.live else "configure"
         description = spec.description + (f" ({spec.unit})" if spec.unit else "")
-        default = f"`{spec.default!r}`" if isinstance(spec.default, str) else \
-            f"`{str(spec.default).lower() if isinstance(spec.default, bool) else spec.default}`"
-        rows.append(f"| `{spec.name}` | {default} | {_cell(allowed)} | {applied} | "
-                    f"{_cell(description)} |")
+        if isinstance(spec.default, str):
+            default = f"`{spec.default!r}`"
+        elif isinstance(spec.default, bool):
+            default = f"`{str(spec.default).lower()}`"
+        else:
+            default = f"`{spec.default}`"
+        rows.append(
+            f"| `{spec.name}` | {default} | {_cell(allowed)} | {applied} | {_cell(description)} |"
+        )
     return "\n".join(rows)
 
 
@@ -42,33 +46,43 @@ def node_tables() -> dict[str, str]:
     """The parameter table of every node, by node name."""
     from omniflow.nodes import audio_capture, camera, dialogue, fusion, power_manager, speech
     from omniflow.ros.device_node import COMMON_PARAMS
-    return {"audio_capture": parameter_table(audio_capture.PARAMS),
-            "camera": parameter_table(camera.PARAMS),
-            "speech": parameter_table(speech.PARAMS),
-            "fusion": parameter_table(fusion.PARAMS),
-            "dialogue": parameter_table(dialogue.PARAMS),
-            "power_manager": parameter_table(power_manager.PARAMS),
-            "common": parameter_table(COMMON_PARAMS)}
+
+    return {
+        "audio_capture": parameter_table(audio_capture.PARAMS),
+        "camera": parameter_table(camera.PARAMS),
+        "speech": parameter_table(speech.PARAMS),
+        "fusion": parameter_table(fusion.PARAMS),
+        "dialogue": parameter_table(dialogue.PARAMS),
+        "power_manager": parameter_table(power_manager.PARAMS),
+        "common": parameter_table(COMMON_PARAMS),
+    }
 
 
 def blocks() -> dict[str, str]:
     """Each node's table between the markers docs/nodes.md holds it in, by node name."""
-    return {name: f"<!-- params:{name} -->\n{table}\n<!-- /params:{name} -->"
-            for name, table in node_tables().items()}
+    return {
+        name: f"<!-- params:{name} -->\n{table}\n<!-- /params:{name} -->"
+        for name, table in node_tables().items()
+    }
 
 
 def update(text: str) -> str:
     """``text`` with every marked table replaced by the one the specs generate now."""
     for name, block in blocks().items():
-        text = re.sub(rf"<!-- params:{name} -->\n.*?<!-- /params:{name} -->",
-                      lambda _match, block=block: block, text, flags=re.S)
+        text = re.sub(
+            rf"<!-- params:{name} -->\n.*?<!-- /params:{name} -->",
+            lambda _match, block=block: block,
+            text,
+            flags=re.S,
+        )
     return text
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m omniflow.docs", description=__doc__)
-    parser.add_argument("--write", metavar="FILE",
-                        help="replace the marked tables in FILE (docs/nodes.md) in place")
+    parser.add_argument(
+        "--write", metavar="FILE", help="replace the marked tables in FILE (docs/nodes.md) in place"
+    )
     args = parser.parse_args(argv)
     if args.write:
         path = Path(args.write)

@@ -52,30 +52,84 @@ class TopicSpec:
 # Every topic of the graph, the inputs first. Topics of nodes that are not running are skipped
 # by whoever reads this table, so the topics of nodes still to come are listed already.
 TOPICS = (
-    TopicSpec("audio", "omniflow/msg/AudioChunk", SENSOR_DATA, "audio_capture",
-              "microphone blocks, 40 ms at 16 kHz, stamped with the first sample's capture time"),
-    TopicSpec("image_raw", "sensor_msgs/msg/Image", SENSOR_DATA, "camera",
-              "camera frames"),
-    TopicSpec("transcript", "omniflow/msg/Transcript", EVENTS, "fusion",
-              "what the user said: partials, then the final text"),
-    TopicSpec("associations", "omniflow/msg/Association", EVENTS, "fusion",
-              "which frames joined the context of each speech onset, and why"),
-    TopicSpec("voice_activity", "omniflow/msg/VoiceActivity", EVENTS, "fusion",
-              "the user's speech events with the robot's echo removed"),
-    TopicSpec("scene", "omniflow/msg/Scene", EVENTS, "fusion",
-              "each encoded frame in words, and whether a person is in view"),
-    TopicSpec("user_said", "omniflow/msg/Transcript", EVENTS, "dialogue",
-              "each utterance that starts a turn"),
-    TopicSpec("response", "omniflow/msg/ResponseChunk", EVENTS, "dialogue",
-              "the answer, streamed piece by piece"),
-    TopicSpec("dialogue_state", "omniflow/msg/DialogueState", LATCHED, "dialogue",
-              "listening, user speaking, thinking, speaking, interrupted"),
-    TopicSpec("speech_state", "omniflow/msg/SpeechState", LATCHED, "speech",
-              "speaking or idle, turn, phrase"),
-    TopicSpec("played_audio", "omniflow/msg/AudioChunk", SENSOR_DATA, "speech",
-              "every block sent to the speaker: the echo reference"),
-    TopicSpec("power_state", "omniflow/msg/PowerState", LATCHED, "power_manager",
-              "power mode and the readings behind it"),
+    TopicSpec(
+        "audio",
+        "omniflow/msg/AudioChunk",
+        SENSOR_DATA,
+        "audio_capture",
+        "microphone blocks, 40 ms at 16 kHz, stamped with the first sample's capture time",
+    ),
+    TopicSpec("image_raw", "sensor_msgs/msg/Image", SENSOR_DATA, "camera", "camera frames"),
+    TopicSpec(
+        "transcript",
+        "omniflow/msg/Transcript",
+        EVENTS,
+        "fusion",
+        "what the user said: partials, then the final text",
+    ),
+    TopicSpec(
+        "associations",
+        "omniflow/msg/Association",
+        EVENTS,
+        "fusion",
+        "which frames joined the context of each speech onset, and why",
+    ),
+    TopicSpec(
+        "voice_activity",
+        "omniflow/msg/VoiceActivity",
+        EVENTS,
+        "fusion",
+        "the user's speech events with the robot's echo removed",
+    ),
+    TopicSpec(
+        "scene",
+        "omniflow/msg/Scene",
+        EVENTS,
+        "fusion",
+        "each encoded frame in words, and whether a person is in view",
+    ),
+    TopicSpec(
+        "user_said",
+        "omniflow/msg/Transcript",
+        EVENTS,
+        "dialogue",
+        "each utterance that starts a turn",
+    ),
+    TopicSpec(
+        "response",
+        "omniflow/msg/ResponseChunk",
+        EVENTS,
+        "dialogue",
+        "the answer, streamed piece by piece",
+    ),
+    TopicSpec(
+        "dialogue_state",
+        "omniflow/msg/DialogueState",
+        LATCHED,
+        "dialogue",
+        "listening, user speaking, thinking, speaking, interrupted",
+    ),
+    TopicSpec(
+        "speech_state",
+        "omniflow/msg/SpeechState",
+        LATCHED,
+        "speech",
+        "speaking or idle, turn, phrase",
+    ),
+    TopicSpec(
+        "played_audio",
+        "omniflow/msg/AudioChunk",
+        SENSOR_DATA,
+        "speech",
+        "every block sent to the speaker: the echo reference",
+    ),
+    TopicSpec(
+        "power_state",
+        "omniflow/msg/PowerState",
+        LATCHED,
+        "power_manager",
+        "power mode and the readings behind it",
+    ),
 )
 # What a recorded session must hold to be replayed through the graph.
 INPUT_TOPICS = ("audio", "image_raw")
@@ -88,8 +142,9 @@ def topic(name: str) -> TopicSpec:
     for spec in TOPICS:
         if spec.name == name:
             return spec
-    raise ConfigError(f"unknown topic {name!r}; the graph's topics: "
-                      f"{', '.join(spec.name for spec in TOPICS)}")
+    raise ConfigError(
+        f"unknown topic {name!r}; the graph's topics: {', '.join(spec.name for spec in TOPICS)}"
+    )
 
 
 def graph_topic_name(name: str) -> str:
@@ -126,18 +181,29 @@ class Profile:
 
 # Replay feeds the bag's audio and frames in place of the capture nodes, on /clock.
 PROFILES = {
-    "pc": Profile("pc", "robot.yaml", GRAPH_NODES,
-                  description="robot PC: default microphone, /dev/video0, default speaker"),
-    "pi": Profile("pi", "pi.yaml", GRAPH_NODES,
-                  description="Raspberry Pi 5 + Coral: USB microphone, Camera Module"),
-    "replay": Profile("replay", "replay.yaml",
-                      tuple(n for n in GRAPH_NODES if n not in CAPTURE_NODES),
-                      use_sim_time=True,
-                      description="a recorded bag in place of the capture nodes, on /clock",
-                      # The recorded microphone holds the echo of what was played when it was
-                      # recorded (the bag's played_audio), not of what is played now: the live
-                      # speech node's blocks must not reach the echo stage as its reference.
-                      remappings={"speech": {"played_audio": "replay/played_audio"}}),
+    "pc": Profile(
+        "pc",
+        "robot.yaml",
+        GRAPH_NODES,
+        description="robot PC: default microphone, /dev/video0, default speaker",
+    ),
+    "pi": Profile(
+        "pi",
+        "pi.yaml",
+        GRAPH_NODES,
+        description="Raspberry Pi 5 + Coral: USB microphone, Camera Module",
+    ),
+    "replay": Profile(
+        "replay",
+        "replay.yaml",
+        tuple(n for n in GRAPH_NODES if n not in CAPTURE_NODES),
+        use_sim_time=True,
+        description="a recorded bag in place of the capture nodes, on /clock",
+        # The recorded microphone holds the echo of what was played when it was
+        # recorded (the bag's played_audio), not of what is played now: the live
+        # speech node's blocks must not reach the echo stage as its reference.
+        remappings={"speech": {"played_audio": "replay/played_audio"}},
+    ),
 }
 
 
@@ -146,8 +212,9 @@ def profile(name: str) -> Profile:
     try:
         return PROFILES[name]
     except KeyError:
-        raise ConfigError(f"unknown profile {name!r}; choose one of "
-                          f"{', '.join(PROFILES)}") from None
+        raise ConfigError(
+            f"unknown profile {name!r}; choose one of {', '.join(PROFILES)}"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -164,41 +231,69 @@ class LaunchNode:
     remappings: Mapping[str, str] = field(default_factory=dict)
 
 
-def launch_nodes(profile_name: str, share_dir: str, params_file: str | None = None,
-                 camera_env: Mapping[str, str] | None = None) -> list[LaunchNode]:
+def launch_nodes(
+    profile_name: str,
+    share_dir: str,
+    params_file: str | None = None,
+    camera_env: Mapping[str, str] | None = None,
+) -> list[LaunchNode]:
     """The nodes of a profile as launch actions need them: executable, parameter files (the
     profile's YAML, or ``params_file`` in its place), use_sim_time, respawn for capture nodes,
     and the camera's DDS profile (``camera_env``; default :func:`frame_publisher_env`)."""
     chosen = profile(profile_name)
     files = (params_file or os.path.join(share_dir, "config", chosen.params_file),)
     env = frame_publisher_env(share_dir) if camera_env is None else dict(camera_env)
-    return [LaunchNode(name=name, executable=name, params_files=files,
-                       use_sim_time=chosen.use_sim_time, respawn=name in CAPTURE_NODES,
-                       respawn_delay=RESPAWN_DELAY_S, env=env if name == "camera" else {},
-                       remappings=dict(chosen.remappings.get(name, {})))
-            for name in chosen.nodes]
+    return [
+        LaunchNode(
+            name=name,
+            executable=name,
+            params_files=files,
+            use_sim_time=chosen.use_sim_time,
+            respawn=name in CAPTURE_NODES,
+            respawn_delay=RESPAWN_DELAY_S,
+            env=env if name == "camera" else {},
+            remappings=dict(chosen.remappings.get(name, {})),
+        )
+        for name in chosen.nodes
+    ]
 
 
-def launch_node_actions(profile_name: str, share_dir: str, *, namespace: str = "",
-                        use_sim_time: bool = False, log_level: str = "info",
-                        params_file: str | None = None,
-                        camera_dds_profile: str = "") -> list[dict[str, object]]:
+def launch_node_actions(
+    profile_name: str,
+    share_dir: str,
+    *,
+    namespace: str = "",
+    use_sim_time: bool = False,
+    log_level: str = "info",
+    params_file: str | None = None,
+    camera_dds_profile: str = "",
+) -> list[dict[str, object]]:
     """The keyword arguments of a launch_ros ``Node`` for each node of a profile, from the
     values of the base launch file's arguments (:func:`base_arguments`): namespace, log level,
     use_sim_time (the profile's, or the argument), respawn for capture nodes, the camera's DDS
     profile (``camera_dds_profile``; empty: the package's large-frames profile)."""
-    camera_env = {DDS_PROFILE_VARIABLE: camera_dds_profile
-                  or os.path.join(share_dir, *FRAME_PUBLISHER_PROFILE)}
-    return [dict(package="omniflow", executable=node.executable, name=node.name,
-                 namespace=namespace, output="screen", respawn=node.respawn,
-                 respawn_delay=node.respawn_delay,
-                 parameters=[*node.params_files,
-                             {"use_sim_time": node.use_sim_time or use_sim_time}],
-                 arguments=["--ros-args", "--log-level", log_level],
-                 remappings=list(node.remappings.items()),
-                 additional_env=dict(node.env) or None)
-            for node in launch_nodes(profile_name, share_dir, params_file=params_file or None,
-                                     camera_env=camera_env)]
+    camera_env = {
+        DDS_PROFILE_VARIABLE: camera_dds_profile
+        or os.path.join(share_dir, *FRAME_PUBLISHER_PROFILE)
+    }
+    return [
+        dict(
+            package="omniflow",
+            executable=node.executable,
+            name=node.name,
+            namespace=namespace,
+            output="screen",
+            respawn=node.respawn,
+            respawn_delay=node.respawn_delay,
+            parameters=[*node.params_files, {"use_sim_time": node.use_sim_time or use_sim_time}],
+            arguments=["--ros-args", "--log-level", log_level],
+            remappings=list(node.remappings.items()),
+            additional_env=dict(node.env) or None,
+        )
+        for node in launch_nodes(
+            profile_name, share_dir, params_file=params_file or None, camera_env=camera_env
+        )
+    ]
 
 
 @dataclass(frozen=True)
@@ -225,10 +320,14 @@ def standard_arguments(profile_name: str | None = None) -> tuple[LaunchArgument,
         sim_time, yaml_file = chosen.use_sim_time, f"config/{chosen.params_file}"
     return (
         LaunchArgument("namespace", "", "Namespace of every node"),
-        LaunchArgument("use_sim_time", str(sim_time).lower(),
-                       "Use /clock (published by a bag player) instead of the system clock"),
-        LaunchArgument("params_file", "",
-                       f"YAML parameters keyed by node name; empty: {yaml_file}"),
+        LaunchArgument(
+            "use_sim_time",
+            str(sim_time).lower(),
+            "Use /clock (published by a bag player) instead of the system clock",
+        ),
+        LaunchArgument(
+            "params_file", "", f"YAML parameters keyed by node name; empty: {yaml_file}"
+        ),
         LaunchArgument("log_level", "info", "Logging level: debug, info, warn, error"),
     )
 
@@ -237,13 +336,20 @@ def base_arguments() -> tuple[LaunchArgument, ...]:
     """The arguments of the base launch file (``omniflow.launch.py``): the profile, the
     standard ones, and the camera process's Fast DDS profile."""
     return (
-        LaunchArgument("profile", "pc", "Which nodes run: pc, pi, or replay (no capture)",
-                       choices=tuple(PROFILES)),
+        LaunchArgument(
+            "profile",
+            "pc",
+            "Which nodes run: pc, pi, or replay (no capture)",
+            choices=tuple(PROFILES),
+        ),
         *standard_arguments(),
-        LaunchArgument("camera_dds_profile", "",
-                       "Fast DDS profile of the camera process; empty: "
-                       f"{'/'.join(FRAME_PUBLISHER_PROFILE)} (16 MiB shared memory: full-HD "
-                       "frames in ~9 ms instead of ~21 ms, none lost best effort)"),
+        LaunchArgument(
+            "camera_dds_profile",
+            "",
+            "Fast DDS profile of the camera process; empty: "
+            f"{'/'.join(FRAME_PUBLISHER_PROFILE)} (16 MiB shared memory: full-HD "
+            "frames in ~9 ms instead of ~21 ms, none lost best effort)",
+        ),
     )
 
 
@@ -255,26 +361,41 @@ def frame_publisher_env(share_dir: str) -> dict[str, str]:
     return {DDS_PROFILE_VARIABLE: os.path.join(share_dir, *FRAME_PUBLISHER_PROFILE)}
 
 
-def graph_nodes(names: tuple[str, ...] = GRAPH_NODES, namespace: str = "",
-                overrides: Mapping[str, Mapping[str, object]] | None = None,
-                log_level: str = "info",
-                camera_env: Mapping[str, str] | None = None,
-                remappings: Mapping[str, Mapping[str, str]] | None = None) -> list[NodeSpec]:
+def graph_nodes(
+    names: tuple[str, ...] = GRAPH_NODES,
+    namespace: str = "",
+    overrides: Mapping[str, Mapping[str, object]] | None = None,
+    log_level: str = "info",
+    camera_env: Mapping[str, str] | None = None,
+    remappings: Mapping[str, Mapping[str, str]] | None = None,
+) -> list[NodeSpec]:
     """The named nodes, with per-node parameter overrides and topic remappings by node name,
     and extra environment for the camera process (see :func:`frame_publisher_env`)."""
     overrides = overrides or {}
     remappings = remappings or {}
     envs = {"camera": dict(camera_env or {})}
-    return [NodeSpec(module=f"omniflow.nodes.{name}", name=name,
-                     parameters=dict(overrides.get(name, {})), namespace=namespace,
-                     log_level=log_level, env=envs.get(name, {}),
-                     remappings=dict(remappings.get(name, {})))
-            for name in names]
+    return [
+        NodeSpec(
+            module=f"omniflow.nodes.{name}",
+            name=name,
+            parameters=dict(overrides.get(name, {})),
+            namespace=namespace,
+            log_level=log_level,
+            env=envs.get(name, {}),
+            remappings=dict(remappings.get(name, {})),
+        )
+        for name in names
+    ]
 
 
-def profile_nodes(profile_name: str, share_dir: str, namespace: str = "",
-                  overrides: Mapping[str, Mapping[str, object]] | None = None,
-                  log_level: str = "info", params_file: str | None = None) -> list[NodeSpec]:
+def profile_nodes(
+    profile_name: str,
+    share_dir: str,
+    namespace: str = "",
+    overrides: Mapping[str, Mapping[str, object]] | None = None,
+    log_level: str = "info",
+    params_file: str | None = None,
+) -> list[NodeSpec]:
     """A profile's nodes as child processes (``omniflow run``): the profile's YAML section of
     each node, then ``overrides``, then use_sim_time; the camera with its DDS profile."""
     import yaml
@@ -295,19 +416,29 @@ def profile_nodes(profile_name: str, share_dir: str, namespace: str = "",
         if chosen.use_sim_time:
             values["use_sim_time"] = True
         merged[name] = values
-    return graph_nodes(chosen.nodes, namespace, merged, log_level,
-                       camera_env=frame_publisher_env(share_dir), remappings=chosen.remappings)
+    return graph_nodes(
+        chosen.nodes,
+        namespace,
+        merged,
+        log_level,
+        camera_env=frame_publisher_env(share_dir),
+        remappings=chosen.remappings,
+    )
 
 
 def sample_overrides(audio_path: str, video_path: str) -> dict[str, dict[str, object]]:
     """Parameters that run the sensor nodes on recorded files instead of devices."""
-    return {"audio_capture": {"source": "file", "file.path": audio_path, "file.loop": True},
-            "camera": {"source": "video", "path": video_path, "fps": 15.0}}
+    return {
+        "audio_capture": {"source": "file", "file.path": audio_path, "file.loop": True},
+        "camera": {"source": "video", "path": video_path, "fps": 15.0},
+    }
 
 
-_QOS_TEXT = {SENSOR_DATA: "sensor data (best effort, last 5)",
-             LATCHED: "latched (reliable, transient local, depth 1)",
-             EVENTS: "events (reliable, last 50)"}
+_QOS_TEXT = {
+    SENSOR_DATA: "sensor data (best effort, last 5)",
+    LATCHED: "latched (reliable, transient local, depth 1)",
+    EVENTS: "events (reliable, last 50)",
+}
 
 
 def topic_table() -> str:
@@ -315,8 +446,10 @@ def topic_table() -> str:
     rows = ["| topic | type | QoS | published by | what |", "|---|---|---|---|---|"]
     for spec in TOPICS:
         kind = f"`{spec.msg_type.replace('/msg/', '/')}`" if spec.msg_type else "(the node's)"
-        rows.append(f"| `{spec.name}` | {kind} | {_QOS_TEXT[spec.qos]} | {spec.publisher} | "
-                    f"{spec.description} |")
+        rows.append(
+            f"| `{spec.name}` | {kind} | {_QOS_TEXT[spec.qos]} | {spec.publisher} | "
+            f"{spec.description} |"
+        )
     return "\n".join(rows)
 
 

@@ -42,13 +42,22 @@ class NodeSpec:
     def params_yaml(self) -> str:
         """The parameters as a ROS 2 params file; the file is this process's alone, so its
         parameters apply to whatever the node is named and namespaced (``/**``)."""
-        return yaml.safe_dump({"/**": {"ros__parameters": dict(self.parameters)}},
-                              sort_keys=True)
+        return yaml.safe_dump({"/**": {"ros__parameters": dict(self.parameters)}}, sort_keys=True)
 
     def argv(self, params_file: Path) -> list[str]:
         """The command line that runs this node."""
-        argv = [sys.executable, "-m", self.module, "--ros-args", "-r", f"__node:={self.name}",
-                "--params-file", str(params_file), "--log-level", self.log_level]
+        argv = [
+            sys.executable,
+            "-m",
+            self.module,
+            "--ros-args",
+            "-r",
+            f"__node:={self.name}",
+            "--params-file",
+            str(params_file),
+            "--log-level",
+            self.log_level,
+        ]
         if self.namespace:
             argv += ["-r", f"__ns:={self.namespace}"]
         for source, target in self.remappings.items():
@@ -68,9 +77,12 @@ class NodeProcess:
         self._log_path = workdir / "output.log"
         self._log = self._log_path.open("wb")
         self.process = subprocess.Popen(
-            spec.argv(params_file), stdout=self._log, stderr=subprocess.STDOUT,
+            spec.argv(params_file),
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
             env={**os.environ, **spec.env, **(env or {}), "PYTHONUNBUFFERED": "1"},
-            start_new_session=True)
+            start_new_session=True,
+        )
 
     @property
     def running(self) -> bool:
@@ -115,9 +127,14 @@ class Supervisor:
     name is in ``respawn`` (what ``respawn=True`` does in a launch file). Call :meth:`poll`
     regularly; ``report`` gets one line per exit and per respawn."""
 
-    def __init__(self, specs: list[NodeSpec], respawn: set[str] | frozenset[str],
-                 respawn_delay_s: float, report=print,
-                 env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        specs: list[NodeSpec],
+        respawn: set[str] | frozenset[str],
+        respawn_delay_s: float,
+        report=print,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
         self._respawn = set(respawn)
         self._delay_s = respawn_delay_s
         self._report = report

@@ -51,19 +51,28 @@ class Output:
 
 
 def _voice_activity(run: report.Run) -> list[dict]:
-    return [{"event": int(m.event), "utterance_id": int(m.utterance_id),
-             "t_s": run.seconds(report.stamp_ns(m.header.stamp))}
-            for _, m in run.of("voice_activity") if int(m.event) != 1]  # no ONGOING
+    return [
+        {
+            "event": int(m.event),
+            "utterance_id": int(m.utterance_id),
+            "t_s": run.seconds(report.stamp_ns(m.header.stamp)),
+        }
+        for _, m in run.of("voice_activity")
+        if int(m.event) != 1
+    ]  # no ONGOING
 
 
 def _associations(run: report.Run) -> list[dict]:
-    return [{"trigger_s": a["trigger_s"], "chosen_s": a["chosen_s"]}
-            for a in report.associations(run)]
+    return [
+        {"trigger_s": a["trigger_s"], "chosen_s": a["chosen_s"]} for a in report.associations(run)
+    ]
 
 
 def _transcripts(run: report.Run) -> list[dict]:
-    return [{k: t[k] for k in ("utterance_id", "start_s", "end_s", "text")}
-            for t in report.transcripts(run)]
+    return [
+        {k: t[k] for k in ("utterance_id", "start_s", "end_s", "text")}
+        for t in report.transcripts(run)
+    ]
 
 
 # The dialogue's later states and answers depend on how fast the model decodes on the machine
@@ -76,8 +85,7 @@ _USER_SPEAKING, _THINKING, _SPEAKING = 1, 2, 3
 def _first_exchange(run: report.Run) -> list[dict]:
     seen: list[int] = []
     for entry in report.states(run, "dialogue_state", "state"):
-        if entry["state"] in (_USER_SPEAKING, _THINKING, _SPEAKING) and \
-                entry["state"] not in seen:
+        if entry["state"] in (_USER_SPEAKING, _THINKING, _SPEAKING) and entry["state"] not in seen:
             seen.append(entry["state"])
     return [{"state": state} for state in seen]
 
@@ -87,11 +95,15 @@ def _responses(run: report.Run) -> list[dict]:
 
 
 OUTPUTS = (
-    Output("transcript", _transcripts,
-           {"utterance_id": EXACT, "start_s": STAMP, "end_s": STAMP, "text": TEXT}),
+    Output(
+        "transcript",
+        _transcripts,
+        {"utterance_id": EXACT, "start_s": STAMP, "end_s": STAMP, "text": TEXT},
+    ),
     Output("associations", _associations, {"trigger_s": STAMP, "chosen_s": STAMPS}),
-    Output("voice_activity", _voice_activity,
-           {"event": EXACT, "utterance_id": EXACT, "t_s": STAMP}),
+    Output(
+        "voice_activity", _voice_activity, {"event": EXACT, "utterance_id": EXACT, "t_s": STAMP}
+    ),
     Output("dialogue_state", _first_exchange, {"state": EXACT}),
     Output("response", _responses, {"nonempty": EXACT}),
 )
@@ -110,53 +122,66 @@ def summarize(run: report.Run, topics: list[str] | None = None) -> dict[str, lis
 
 
 def _similar(a: str, b: str) -> float:
-    return difflib.SequenceMatcher(None, a.lower().split(), b.lower().split()).ratio() \
-        if (a.strip() or b.strip()) else 1.0
+    return (
+        difflib.SequenceMatcher(None, a.lower().split(), b.lower().split()).ratio()
+        if (a.strip() or b.strip())
+        else 1.0
+    )
 
 
-def _field_problem(rule: str, got: object, want: object, tolerance_ms: float,
-                   similarity: float) -> str | None:
+def _field_problem(
+    rule: str, got: object, want: object, tolerance_ms: float, similarity: float
+) -> str | None:
     if rule == EXACT and got != want:
         return f"{got!r} != {want!r}"
     if rule == STAMP and abs(float(got) - float(want)) * 1000 > tolerance_ms:
-        return f"{got} s is {abs(float(got) - float(want)) * 1000:.0f} ms from {want} s " \
-               f"(tolerance {tolerance_ms:.0f} ms)"
+        return (
+            f"{got} s is {abs(float(got) - float(want)) * 1000:.0f} ms from {want} s "
+            f"(tolerance {tolerance_ms:.0f} ms)"
+        )
     if rule == STAMPS:
         if len(got) != len(want):
             return f"{len(got)} stamps {got} != {len(want)} stamps {want}"
         for g, w in zip(got, want, strict=True):
             if abs(g - w) * 1000 > tolerance_ms:
-                return f"{got} vs {want}: {abs(g - w) * 1000:.0f} ms apart " \
-                       f"(tolerance {tolerance_ms:.0f} ms)"
+                return (
+                    f"{got} vs {want}: {abs(g - w) * 1000:.0f} ms apart "
+                    f"(tolerance {tolerance_ms:.0f} ms)"
+                )
     if rule == TEXT and _similar(str(got), str(want)) < similarity:
-        return f"{got!r} vs {want!r}: similarity {_similar(str(got), str(want)):.2f} " \
-               f"< {similarity}"
+        return f"{got!r} vs {want!r}: similarity {_similar(str(got), str(want)):.2f} < {similarity}"
     return None
 
 
-def compare(actual: dict[str, list[dict]], golden: dict[str, list[dict]], *,
-            tolerance_ms: float = STAMP_TOLERANCE_MS,
-            similarity: float = TEXT_SIMILARITY) -> list[str]:
+def compare(
+    actual: dict[str, list[dict]],
+    golden: dict[str, list[dict]],
+    *,
+    tolerance_ms: float = STAMP_TOLERANCE_MS,
+    similarity: float = TEXT_SIMILARITY,
+) -> list[str]:
     """Every difference between a run's summary and the golden one, as readable lines."""
     rules = {o.topic: o.rules for o in OUTPUTS}
     problems = []
     for topic in actual.keys() | golden.keys():
         if topic not in golden:
-            problems.append(f"{topic}: produced but not in the golden file (a new output? "
-                            "run `make golden` and review the diff)")
+            problems.append(
+                f"{topic}: produced but not in the golden file (a new output? "
+                "run `make golden` and review the diff)"
+            )
             continue
         if topic not in actual:
             problems.append(f"{topic}: in the golden file but not produced")
             continue
         got, want = actual[topic], golden[topic]
         if len(got) != len(want):
-            problems.append(f"{topic}: {len(got)} entries, golden has {len(want)}: "
-                            f"got {got}, golden {want}")
+            problems.append(
+                f"{topic}: {len(got)} entries, golden has {len(want)}: got {got}, golden {want}"
+            )
             continue
         for index, (g, w) in enumerate(zip(got, want, strict=True)):
             for name, rule in rules.get(topic, {}).items():
-                problem = _field_problem(rule, g.get(name), w.get(name), tolerance_ms,
-                                         similarity)
+                problem = _field_problem(rule, g.get(name), w.get(name), tolerance_ms, similarity)
                 if problem:
                     problems.append(f"{topic}[{index}].{name}: {problem}")
     return sorted(problems)
@@ -164,23 +189,26 @@ def compare(actual: dict[str, list[dict]], golden: dict[str, list[dict]], *,
 
 def golden_path() -> Path:
     """The golden file next to the sample session in the source tree."""
-    return Path(__file__).resolve().parents[2] / "test" / "data" / "samples" / \
-        "session.golden.json"
+    return Path(__file__).resolve().parents[2] / "test" / "data" / "samples" / "session.golden.json"
 
 
 def main(argv: list[str] | None = None) -> int:
     from omniflow import demo
 
-    parser = argparse.ArgumentParser(description="Replay the sample session through the graph "
-                                     "and compare its outputs with the golden file.")
-    parser.add_argument("--update", action="store_true",
-                        help="write this run's outputs as the new golden file")
+    parser = argparse.ArgumentParser(
+        description="Replay the sample session through the graph "
+        "and compare its outputs with the golden file."
+    )
+    parser.add_argument(
+        "--update", action="store_true", help="write this run's outputs as the new golden file"
+    )
     parser.add_argument("--golden", type=Path, default=None, help="golden JSON file")
     parser.add_argument("--out", type=Path, default=None, help="where the run's files go")
     args = parser.parse_args(argv)
     golden = args.golden or golden_path()
-    result = demo.run_session(demo.default_bag(), out_dir=args.out, quiet=True,
-                              rate=REPLAY_RATE, overrides=OVERRIDES)
+    result = demo.run_session(
+        demo.default_bag(), out_dir=args.out, quiet=True, rate=REPLAY_RATE, overrides=OVERRIDES
+    )
     summary = summarize(result.run)
     if args.update:
         golden.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")

@@ -43,8 +43,9 @@ class Run:
         return round((ns - self.start_ns) / NS_PER_S, 3)
 
     @classmethod
-    def from_bags(cls, *paths: str | Path,
-                  skip_by_bag: dict[int, tuple[str, ...]] | None = None) -> Run:
+    def from_bags(
+        cls, *paths: str | Path, skip_by_bag: dict[int, tuple[str, ...]] | None = None
+    ) -> Run:
         """Read and decode every topic of the bags; ``skip_by_bag``: {index of a bag in
         ``paths``: topics not to take from it} (a topic recorded twice is taken once)."""
         run = cls()
@@ -54,12 +55,12 @@ class Run:
             reader = BagReader(path)
             run.problems.extend(reader.problems)
             for name, msgtype in reader.unknown_types().items():
-                run.problems.append(f"{path}: topic {name} has an unknown type {msgtype}; "
-                                    "left out")
+                run.problems.append(f"{path}: topic {name} has an unknown type {msgtype}; left out")
             topics = [t for t in reader.topics if graph_topic_name(t) not in skip]
             for message, msg in reader.decoded(topics):
                 run.messages.setdefault(graph_topic_name(message.topic), []).append(
-                    (message.timestamp_ns, msg))
+                    (message.timestamp_ns, msg)
+                )
                 starts.append(message.timestamp_ns)
         run.start_ns = min(starts, default=0)
         return run
@@ -68,10 +69,17 @@ class Run:
 # ----------------------------------------------------------------------------- what was said
 def transcripts(run: Run) -> list[dict]:
     """Final transcripts in order: utterance, start/end (s from the session start), text."""
-    return [{"utterance_id": int(m.utterance_id), "start_s": run.seconds(stamp_ns(m.start)),
-             "end_s": run.seconds(stamp_ns(m.end)), "text": m.text,
-             "confidence": None if np.isnan(m.confidence) else round(float(m.confidence), 3)}
-            for _, m in run.of("transcript") if m.is_final]
+    return [
+        {
+            "utterance_id": int(m.utterance_id),
+            "start_s": run.seconds(stamp_ns(m.start)),
+            "end_s": run.seconds(stamp_ns(m.end)),
+            "text": m.text,
+            "confidence": None if np.isnan(m.confidence) else round(float(m.confidence), 3),
+        }
+        for _, m in run.of("transcript")
+        if m.is_final
+    ]
 
 
 def associations(run: Run) -> list[dict]:
@@ -79,12 +87,16 @@ def associations(run: Run) -> list[dict]:
     out = []
     for _, m in run.of("associations"):
         chosen = [c for c in m.candidates if c.chosen]
-        out.append({"decision_id": int(m.decision_id),
-                    "trigger_s": run.seconds(stamp_ns(m.trigger.stamp)),
-                    "chosen_s": [run.seconds(stamp_ns(c.stamp)) for c in chosen],
-                    "chosen_scores": [round(float(c.score), 3) for c in chosen],
-                    "candidates": len(m.candidates),
-                    "decided_s": run.seconds(stamp_ns(m.header.stamp))})
+        out.append(
+            {
+                "decision_id": int(m.decision_id),
+                "trigger_s": run.seconds(stamp_ns(m.trigger.stamp)),
+                "chosen_s": [run.seconds(stamp_ns(c.stamp)) for c in chosen],
+                "chosen_scores": [round(float(c.score), 3) for c in chosen],
+                "candidates": len(m.candidates),
+                "decided_s": run.seconds(stamp_ns(m.header.stamp)),
+            }
+        )
     return out
 
 
@@ -92,14 +104,26 @@ def responses(run: Run) -> list[dict]:
     """Each response turn's text (pieces joined in index order) and when it began."""
     turns: dict[int, dict] = {}
     for _, m in run.of("response"):
-        turn = turns.setdefault(int(m.turn_id), {"turn_id": int(m.turn_id), "pieces": {},
-                                                 "start_s": run.seconds(stamp_ns(m.turn_start)),
-                                                 "final": False})
+        turn = turns.setdefault(
+            int(m.turn_id),
+            {
+                "turn_id": int(m.turn_id),
+                "pieces": {},
+                "start_s": run.seconds(stamp_ns(m.turn_start)),
+                "final": False,
+            },
+        )
         turn["pieces"][int(m.index)] = m.text_delta
         turn["final"] = turn["final"] or bool(m.is_final)
-    return [{"turn_id": t["turn_id"], "start_s": t["start_s"], "final": t["final"],
-             "text": "".join(t["pieces"][k] for k in sorted(t["pieces"]))}
-            for t in turns.values()]
+    return [
+        {
+            "turn_id": t["turn_id"],
+            "start_s": t["start_s"],
+            "final": t["final"],
+            "text": "".join(t["pieces"][k] for k in sorted(t["pieces"])),
+        }
+        for t in turns.values()
+    ]
 
 
 def states(run: Run, topic: str, field_name: str) -> list[dict]:
@@ -118,25 +142,32 @@ def states(run: Run, topic: str, field_name: str) -> list[dict]:
         entry = {"t_s": t_s, field_name: value}
         if hasattr(m, "turn_id"):
             entry["turn_id"] = int(m.turn_id)
-        if not out or {k: v for k, v in out[-1].items() if k != "t_s"} != \
-                {k: v for k, v in entry.items() if k != "t_s"}:
+        if not out or {k: v for k, v in out[-1].items() if k != "t_s"} != {
+            k: v for k, v in entry.items() if k != "t_s"
+        }:
             out.append(entry)
     return out
 
 
 # ----------------------------------------------------------------------------- latency
-def _header_minus(topic: str, other: Callable[[object], int],
-                  keep: Callable[[object], bool] = lambda m: True) -> Callable[[Run], list]:
+def _header_minus(
+    topic: str, other: Callable[[object], int], keep: Callable[[object], bool] = lambda m: True
+) -> Callable[[Run], list]:
     def measure(run: Run) -> list[float]:
-        return [(stamp_ns(m.header.stamp) - other(m)) / NS_PER_MS for _, m in run.of(topic)
-                if keep(m)]
+        return [
+            (stamp_ns(m.header.stamp) - other(m)) / NS_PER_MS for _, m in run.of(topic) if keep(m)
+        ]
+
     return measure
 
 
 def _capture(run: Run) -> list[float]:
     """Capture stamp -> delivery to a subscriber (the monitor), audio and frames."""
-    return [(bag_ns - stamp_ns(m.header.stamp)) / NS_PER_MS for topic in ("audio", "image_raw")
-            for bag_ns, m in run.of(topic)]
+    return [
+        (bag_ns - stamp_ns(m.header.stamp)) / NS_PER_MS
+        for topic in ("audio", "image_raw")
+        for bag_ns, m in run.of(topic)
+    ]
 
 
 def _vision(run: Run) -> list[float]:
@@ -146,8 +177,9 @@ def _vision(run: Run) -> list[float]:
         for status in array.status:
             kv = {item.key: item.value for item in status.values}
             if "vision_encoded" in kv and "scheduler.stage_ns_total.encode" in kv:
-                values.append((int(kv["scheduler.stage_ns_total.encode"]),
-                               int(kv["vision_encoded"])))
+                values.append(
+                    (int(kv["scheduler.stage_ns_total.encode"]), int(kv["vision_encoded"]))
+                )
     if not values:
         return []
     total_ns, count = max(values, key=lambda v: v[1])
@@ -159,8 +191,9 @@ def _first_token(run: Run) -> list[float]:
     for _, m in run.of("response"):
         if int(m.turn_id) not in firsts or m.index < firsts[int(m.turn_id)].index:
             firsts[int(m.turn_id)] = m
-    return [(stamp_ns(m.header.stamp) - stamp_ns(m.turn_start)) / NS_PER_MS
-            for m in firsts.values()]
+    return [
+        (stamp_ns(m.header.stamp) - stamp_ns(m.turn_start)) / NS_PER_MS for m in firsts.values()
+    ]
 
 
 def _speaking_starts(run: Run) -> dict[int, int]:
@@ -206,12 +239,19 @@ class LatencyRow:
 # Shaped like the source material's per-stage table; rows without data read "n/a".
 LATENCY_ROWS = (
     LatencyRow("capture", "capture stamp -> delivered to a subscriber", _capture, 28.0),
-    LatencyRow("VAD/ASR", "end of speech -> final transcript (includes the VAD's closing "
-               "silence)", _header_minus("transcript", lambda m: stamp_ns(m.end),
-                                         lambda m: m.is_final), 49.3),
+    LatencyRow(
+        "VAD/ASR",
+        "end of speech -> final transcript (includes the VAD's closing silence)",
+        _header_minus("transcript", lambda m: stamp_ns(m.end), lambda m: m.is_final),
+        49.3,
+    ),
     LatencyRow("vision", "fusion encode stage per encoded frame", _vision, 63.5),
-    LatencyRow("association", "speech onset -> decision (includes the window's wait)",
-               _header_minus("associations", lambda m: stamp_ns(m.trigger.stamp)), 28.9),
+    LatencyRow(
+        "association",
+        "speech onset -> decision (includes the window's wait)",
+        _header_minus("associations", lambda m: stamp_ns(m.trigger.stamp)),
+        28.9,
+    ),
     LatencyRow("first token", "turn start -> first response piece", _first_token, 112.4),
     LatencyRow("first audio", "first response piece -> speaker starts", _first_audio, 44.9),
     LatencyRow("end to end", "end of user speech -> speaker starts", _end_to_end, 327.0),
@@ -223,24 +263,32 @@ def latency(run: Run) -> dict[str, dict | None]:
     out: dict[str, dict | None] = {}
     for row in LATENCY_ROWS:
         values = row.measure(run)
-        out[row.stage] = None if not values else {
-            "median_ms": round(statistics.median(values), 2),
-            "p90_ms": round(float(np.percentile(values, 90)), 2), "n": len(values),
-            "measures": row.measures, "source_budget_ms": row.budget_ms}
+        out[row.stage] = (
+            None
+            if not values
+            else {
+                "median_ms": round(statistics.median(values), 2),
+                "p90_ms": round(float(np.percentile(values, 90)), 2),
+                "n": len(values),
+                "measures": row.measures,
+                "source_budget_ms": row.budget_ms,
+            }
+        )
     return out
 
 
 def latency_table(table: dict[str, dict | None]) -> str:
     """The latency table as aligned text."""
-    lines = [f"{'stage':<12} {'median ms':>10} {'p90 ms':>8} {'n':>5}  measures",
-             "-" * 78]
+    lines = [f"{'stage':<12} {'median ms':>10} {'p90 ms':>8} {'n':>5}  measures", "-" * 78]
     for row in LATENCY_ROWS:
         entry = table.get(row.stage)
         if entry is None:
             lines.append(f"{row.stage:<12} {'n/a':>10} {'n/a':>8} {'-':>5}  {row.measures}")
         else:
-            lines.append(f"{row.stage:<12} {entry['median_ms']:>10.1f} {entry['p90_ms']:>8.1f} "
-                         f"{entry['n']:>5}  {row.measures}")
+            lines.append(
+                f"{row.stage:<12} {entry['median_ms']:>10.1f} {entry['p90_ms']:>8.1f} "
+                f"{entry['n']:>5}  {row.measures}"
+            )
     return "\n".join(lines)
 
 
@@ -253,7 +301,7 @@ def chosen_frames(run: Run) -> dict[float, np.ndarray]:
         t = run.seconds(stamp_ns(m.header.stamp))
         if t in wanted and m.encoding in ("rgb8", "bgr8"):
             pixels = np.asarray(m.data, dtype=np.uint8).reshape(m.height, m.step)
-            rgb = pixels[:, :m.width * 3].reshape(m.height, m.width, 3)
+            rgb = pixels[:, : m.width * 3].reshape(m.height, m.width, 3)
             frames[t] = rgb[:, :, ::-1] if m.encoding == "bgr8" else rgb
     return frames
 
@@ -263,8 +311,11 @@ def _level_db(run: Run, topic: str) -> tuple[list[float], list[float]]:
     for _, m in run.of(topic):
         samples = np.frombuffer(bytes(m.data), dtype="<i2" if m.format == 1 else "<f4")
         scale = 32768.0 if m.format == 1 else 1.0
-        rms = float(np.sqrt(np.mean((samples.astype(np.float64) / scale) ** 2))) \
-            if len(samples) else 0.0
+        rms = (
+            float(np.sqrt(np.mean((samples.astype(np.float64) / scale) ** 2)))
+            if len(samples)
+            else 0.0
+        )
         times.append(run.seconds(stamp_ns(m.header.stamp)))
         levels.append(20 * np.log10(max(rms, 1e-5)))
     return times, levels
@@ -290,51 +341,72 @@ def timeline_figure(run: Run):
     t, level = _level_db(run, "audio")
     if t:
         norm = (np.clip(np.array(level), -70, 0) + 70) / 70 * 0.8
-        ax.fill_between(t, y["audio"] - 0.4, y["audio"] - 0.4 + norm, step="post",
-                        color="tab:blue", alpha=0.6, label="microphone level")
+        ax.fill_between(
+            t,
+            y["audio"] - 0.4,
+            y["audio"] - 0.4 + norm,
+            step="post",
+            color="tab:blue",
+            alpha=0.6,
+            label="microphone level",
+        )
         drawn += t
     t, level = _level_db(run, "played_audio")
     if t:
         norm = (np.clip(np.array(level), -70, 0) + 70) / 70 * 0.8
-        ax.bar(t, norm, width=0.02, bottom=y["speech"] - 0.4, color="tab:orange",
-               label="played audio")
+        ax.bar(
+            t, norm, width=0.02, bottom=y["speech"] - 0.4, color="tab:orange", label="played audio"
+        )
         drawn += t
     frames = [run.seconds(stamp_ns(m.header.stamp)) for _, m in run.of("image_raw")]
-    ax.vlines(frames, y["vision"] - 0.3, y["vision"] + 0.3, color="gray", lw=0.6,
-              label="frames")
+    ax.vlines(frames, y["vision"] - 0.3, y["vision"] + 0.3, color="gray", lw=0.6, label="frames")
     drawn += frames
     for a in associations(run):
         ax.plot([a["trigger_s"]], [y["associations"]], "v", color="tab:red")
         for c in a["chosen_s"]:
-            ax.plot([a["trigger_s"], c], [y["associations"], y["vision"]], color="tab:red",
-                    lw=1.2)
+            ax.plot([a["trigger_s"], c], [y["associations"], y["vision"]], color="tab:red", lw=1.2)
             ax.plot([c], [y["vision"]], "s", color="tab:red", ms=6)
         drawn += [a["trigger_s"], *a["chosen_s"]]
     labels = []
     for entry in transcripts(run):
-        ax.plot([entry["start_s"], entry["end_s"]], [y["transcript"]] * 2, lw=6,
-                color="tab:green", solid_capstyle="butt")
-        labels.append(ax.text(entry["start_s"], y["transcript"] + 0.2,
-                              entry["text"][:40] or "(empty)", fontsize=8))
+        ax.plot(
+            [entry["start_s"], entry["end_s"]],
+            [y["transcript"]] * 2,
+            lw=6,
+            color="tab:green",
+            solid_capstyle="butt",
+        )
+        labels.append(
+            ax.text(
+                entry["start_s"], y["transcript"] + 0.2, entry["text"][:40] or "(empty)", fontsize=8
+            )
+        )
         drawn += [entry["start_s"], entry["end_s"]]
     for _, m in run.of("response"):
         ts = run.seconds(stamp_ns(m.header.stamp))
         ax.plot([ts], [y["response"]], "|", color="tab:purple", ms=12)
         drawn.append(ts)
     for entry in responses(run):
-        labels.append(ax.text(entry["start_s"], y["response"] + 0.2, entry["text"][:50],
-                              fontsize=8))
+        labels.append(
+            ax.text(entry["start_s"], y["response"] + 0.2, entry["text"][:50], fontsize=8)
+        )
         drawn.append(entry["start_s"])
     for entry in states(run, "speech_state", "speaking"):
-        ax.plot([entry["t_s"]], [y["speech"] + 0.3], "^" if entry["speaking"] else "v",
-                color="black", ms=5)
+        ax.plot(
+            [entry["t_s"]],
+            [y["speech"] + 0.3],
+            "^" if entry["speaking"] else "v",
+            color="black",
+            ms=5,
+        )
         drawn.append(entry["t_s"])
     for index, entry in enumerate(states(run, "dialogue_state", "state")):
         name = _STATE_NAMES[entry["state"]] if entry["state"] < len(_STATE_NAMES) else "?"
         ax.plot([entry["t_s"]], [y["states"] - 0.35], "|", color="black", ms=8)
         # three heights in turn, so that the labels of states close in time do not collide
-        labels.append(ax.text(entry["t_s"], y["states"] - 0.3 + 0.25 * (index % 3), name,
-                              fontsize=7))
+        labels.append(
+            ax.text(entry["t_s"], y["states"] - 0.3 + 0.25 * (index % 3), name, fontsize=7)
+        )
         drawn.append(entry["t_s"])
     for entry in states(run, "voice_activity", "event"):
         ax.plot([entry["t_s"]], [y["audio"] + 0.45], "o", color="tab:cyan", ms=4)
@@ -359,8 +431,10 @@ def _keep_inside(fig, ax, labels: list) -> None:
     for label in labels:
         if label.get_window_extent(renderer).x1 > box.x1:
             label.set_horizontalalignment("right")
-        while label.get_text() and (label.get_window_extent(renderer).x0 < box.x0 or
-                                    label.get_window_extent(renderer).x1 > box.x1):
+        while label.get_text() and (
+            label.get_window_extent(renderer).x0 < box.x0
+            or label.get_window_extent(renderer).x1 > box.x1
+        ):
             label.set_text(label.get_text()[:-2] + "…" if len(label.get_text()) > 2 else "")
 
 
@@ -382,17 +456,24 @@ def delivered(run: Run) -> dict[str, dict]:
                 last = values
     if not last:
         return {}
-    return {"audio": {"fusion": int(last["audio_chunks"]), "monitor": len(run.of("audio"))},
-            "image_raw": {"fusion": int(last["frames"]), "monitor": len(run.of("image_raw"))}}
+    return {
+        "audio": {"fusion": int(last["audio_chunks"]), "monitor": len(run.of("audio"))},
+        "image_raw": {"fusion": int(last["frames"]), "monitor": len(run.of("image_raw"))},
+    }
 
 
 def build(run: Run) -> dict:
     """The JSON report of a run."""
-    return {"topics": {t: len(v) for t, v in sorted(run.messages.items())},
-            "transcripts": transcripts(run), "associations": associations(run),
-            "responses": responses(run),
-            "dialogue_states": states(run, "dialogue_state", "state"),
-            "latency": latency(run), "delivered": delivered(run), "problems": run.problems}
+    return {
+        "topics": {t: len(v) for t, v in sorted(run.messages.items())},
+        "transcripts": transcripts(run),
+        "associations": associations(run),
+        "responses": responses(run),
+        "dialogue_states": states(run, "dialogue_state", "state"),
+        "latency": latency(run),
+        "delivered": delivered(run),
+        "problems": run.problems,
+    }
 
 
 def write(run: Run, out_dir: Path) -> dict[str, Path]:

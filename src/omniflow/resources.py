@@ -17,6 +17,7 @@ def share_dir() -> Path:
             PackageNotFoundError,
             get_package_share_directory,
         )
+
         try:
             return Path(get_package_share_directory(PACKAGE))
         except PackageNotFoundError:
@@ -27,7 +28,8 @@ def share_dir() -> Path:
     raise FileNotFoundError(
         f"share/{PACKAGE} not found in AMENT_PREFIX_PATH nor under {sys.prefix}; "
         "build and install the package first (make setup, or colcon build and source "
-        "install/setup.bash)")
+        "install/setup.bash)"
+    )
 
 
 def sample(name: str) -> Path:

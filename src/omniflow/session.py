@@ -23,7 +23,7 @@ from omniflow.devices.camera import VideoFileSource
 from omniflow.errors import SourceExhausted
 
 FPS = 15.0
-MAX_WIDTH = 640             # larger frames are scaled down (aspect kept)
+MAX_WIDTH = 640  # larger frames are scaled down (aspect kept)
 START_NS = 1_767_225_600 * NS_PER_S  # stream time starts at 2026-01-01T00:00:00Z
 
 
@@ -31,7 +31,8 @@ def _header(store, offset_ns: int, frame_id: str):
     sec, nanosec = divmod(START_NS + offset_ns, NS_PER_S)
     return store.types["std_msgs/msg/Header"](
         stamp=store.types["builtin_interfaces/msg/Time"](sec=sec, nanosec=nanosec),
-        frame_id=frame_id)
+        frame_id=frame_id,
+    )
 
 
 def audio_messages(path: Path, warn: Callable[[str], None] = print) -> list[BagMessage]:
@@ -50,13 +51,22 @@ def audio_messages(path: Path, warn: Callable[[str], None] = print) -> list[BagM
             if block is None:
                 continue
             offset = sequence * CHUNK_SAMPLES * NS_PER_S // SAMPLE_RATE
-            msg = chunk_type(header=_header(store, offset, "microphone"),
-                             sample_rate=SAMPLE_RATE, channels=1,
-                             format=chunk_type.FORMAT_S16LE, sequence=sequence,
-                             data=np.frombuffer(block.samples.astype("<i2").tobytes(),
-                                                dtype=np.uint8))
-            out.append(BagMessage("audio", "omniflow/msg/AudioChunk", START_NS + offset,
-                                  encode(msg, "omniflow/msg/AudioChunk")))
+            msg = chunk_type(
+                header=_header(store, offset, "microphone"),
+                sample_rate=SAMPLE_RATE,
+                channels=1,
+                format=chunk_type.FORMAT_S16LE,
+                sequence=sequence,
+                data=np.frombuffer(block.samples.astype("<i2").tobytes(), dtype=np.uint8),
+            )
+            out.append(
+                BagMessage(
+                    "audio",
+                    "omniflow/msg/AudioChunk",
+                    START_NS + offset,
+                    encode(msg, "omniflow/msg/AudioChunk"),
+                )
+            )
     finally:
         source.close()
     return out
@@ -75,22 +85,38 @@ def video_messages(path: Path, duration_s: float) -> list[BagMessage]:
             bgr = source.read().image
             height, width = bgr.shape[:2]
             if width > MAX_WIDTH:
-                bgr = cv2.resize(bgr, (MAX_WIDTH, round(height * MAX_WIDTH / width)),
-                                 interpolation=cv2.INTER_AREA)
+                bgr = cv2.resize(
+                    bgr,
+                    (MAX_WIDTH, round(height * MAX_WIDTH / width)),
+                    interpolation=cv2.INTER_AREA,
+                )
             rgb = np.ascontiguousarray(bgr[:, :, ::-1])
             offset = round(k / FPS * NS_PER_S)
-            msg = image_type(header=_header(store, offset, "camera"), height=rgb.shape[0],
-                             width=rgb.shape[1], encoding="rgb8", is_bigendian=0,
-                             step=rgb.shape[1] * 3, data=rgb.reshape(-1))
-            out.append(BagMessage("image_raw", "sensor_msgs/msg/Image", START_NS + offset,
-                                  encode(msg, "sensor_msgs/msg/Image")))
+            msg = image_type(
+                header=_header(store, offset, "camera"),
+                height=rgb.shape[0],
+                width=rgb.shape[1],
+                encoding="rgb8",
+                is_bigendian=0,
+                step=rgb.shape[1] * 3,
+                data=rgb.reshape(-1),
+            )
+            out.append(
+                BagMessage(
+                    "image_raw",
+                    "sensor_msgs/msg/Image",
+                    START_NS + offset,
+                    encode(msg, "sensor_msgs/msg/Image"),
+                )
+            )
     finally:
         source.close()
     return out
 
 
-def session_from_files(audio: Path, video: Path, out: Path,
-                       warn: Callable[[str], None] = print) -> Path:
+def session_from_files(
+    audio: Path, video: Path, out: Path, warn: Callable[[str], None] = print
+) -> Path:
     """Write ``out`` (an MCAP file) with the audio and the video as a recorded session."""
     sound = audio_messages(audio, warn)
     frames = video_messages(video, len(sound) * CHUNK_SAMPLES / SAMPLE_RATE)

@@ -36,12 +36,19 @@ def start_node() -> Iterator:
     """Start nodes in child processes; they are stopped when the test ends."""
     started: list[NodeProcess] = []
 
-    def start(module: str, name: str, parameters: dict[str, object],
-              namespace: str | None = None) -> NodeProcess:
+    def start(
+        module: str, name: str, parameters: dict[str, object], namespace: str | None = None
+    ) -> NodeProcess:
         """``namespace``: share one between nodes that talk to each other (default: a
         fresh one per node, so tests never hear each other)."""
-        process = NodeProcess(NodeSpec(module=module, name=name, parameters=parameters,
-                                       namespace=namespace or f"/t{uuid.uuid4().hex[:6]}"))
+        process = NodeProcess(
+            NodeSpec(
+                module=module,
+                name=name,
+                parameters=parameters,
+                namespace=namespace or f"/t{uuid.uuid4().hex[:6]}",
+            )
+        )
         started.append(process)
         return process
 

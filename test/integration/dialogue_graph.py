@@ -25,8 +25,13 @@ LONG_PROMPT = "Tell me a long story about a robot who learns to cook, with many 
 
 
 def dialogue_params(**overrides) -> dict[str, object]:
-    params = {"llm.backend": "embedded", "llm.max_tokens": 64, "llm.seed": 7,
-              "proactive.enabled": False, "speech_start_timeout_s": 2.0}
+    params = {
+        "llm.backend": "embedded",
+        "llm.max_tokens": 64,
+        "llm.seed": 7,
+        "proactive.enabled": False,
+        "speech_start_timeout_s": 2.0,
+    }
     params.update(overrides)
     return params
 
@@ -37,29 +42,30 @@ class Graph:
     def __init__(self, ros_node, start_node, *, speech: bool = True, **params):
         self.node = ros_node
         self.namespace = f"/t{uuid.uuid4().hex[:6]}"
-        self.dialogue = start_node(DIALOGUE, "dialogue", dialogue_params(**params),
-                                   namespace=self.namespace)
-        self.speech = start_node(SPEECH, "speech", {"sink": "null"},
-                                 namespace=self.namespace) if speech else None
-        self.states = TopicRecorder(ros_node, DialogueState, self.topic("dialogue_state"),
-                                    LATCHED)
+        self.dialogue = start_node(
+            DIALOGUE, "dialogue", dialogue_params(**params), namespace=self.namespace
+        )
+        self.speech = (
+            start_node(SPEECH, "speech", {"sink": "null"}, namespace=self.namespace)
+            if speech
+            else None
+        )
+        self.states = TopicRecorder(ros_node, DialogueState, self.topic("dialogue_state"), LATCHED)
         self.chunks = TopicRecorder(ros_node, ResponseChunk, self.topic("response"), EVENTS)
         self.said = TopicRecorder(ros_node, Transcript, self.topic("user_said"), EVENTS)
-        self.speech_states = TopicRecorder(ros_node, SpeechState, self.topic("speech_state"),
-                                           LATCHED)
+        self.speech_states = TopicRecorder(
+            ros_node, SpeechState, self.topic("speech_state"), LATCHED
+        )
         self.status = TopicRecorder(ros_node, String, self.topic("dialogue/status"), LATCHED)
-        self.voice = ros_node.create_publisher(VoiceActivity, self.topic("voice_activity"),
-                                               EVENTS)
-        self.transcript = ros_node.create_publisher(Transcript, self.topic("transcript"),
-                                                    EVENTS)
+        self.voice = ros_node.create_publisher(VoiceActivity, self.topic("voice_activity"), EVENTS)
+        self.transcript = ros_node.create_publisher(Transcript, self.topic("transcript"), EVENTS)
         self.client = ActionClient(ros_node, Converse, self.topic("converse"))
 
     def topic(self, name: str) -> str:
         return f"{self.namespace}/{name}"
 
     def wait_active(self) -> None:
-        assert self.client.wait_for_server(timeout_sec=START_TIMEOUT_S), \
-            self.dialogue.output()
+        assert self.client.wait_for_server(timeout_sec=START_TIMEOUT_S), self.dialogue.output()
         deadline = time.monotonic() + START_TIMEOUT_S
         while lifecycle_state(self.node, self.dialogue) != LifecycleStateMsg.PRIMARY_STATE_ACTIVE:
             assert time.monotonic() < deadline, self.dialogue.output()
@@ -75,32 +81,51 @@ class Graph:
             self.speech_states.wait_for(1, timeout=START_TIMEOUT_S)
             time.sleep(1.0)  # discovery settles both ways
 
-    def send(self, prompt: str = "", *, listen: bool = False, preempt: bool = False,
-             timeout_s: float = 0.0):
+    def send(
+        self,
+        prompt: str = "",
+        *,
+        listen: bool = False,
+        preempt: bool = False,
+        timeout_s: float = 0.0,
+    ):
         """Send a goal; returns (goal handle, feedback list)."""
         feedback: list[Converse.Feedback] = []
-        goal = Converse.Goal(mode=Converse.Goal.MODE_LISTEN if listen else
-                             Converse.Goal.MODE_PROMPT, prompt=prompt, preempt=preempt,
-                             timeout_s=float(timeout_s))
+        goal = Converse.Goal(
+            mode=Converse.Goal.MODE_LISTEN if listen else Converse.Goal.MODE_PROMPT,
+            prompt=prompt,
+            preempt=preempt,
+            timeout_s=float(timeout_s),
+        )
         future = self.client.send_goal_async(
-            goal, feedback_callback=lambda m: feedback.append(m.feedback))
+            goal, feedback_callback=lambda m: feedback.append(m.feedback)
+        )
         return wait_future(future, START_TIMEOUT_S), feedback
 
     def state_sequence(self) -> list[int]:
         return [m.state for m in self.states.messages]
 
     def wait_state(self, state: int, timeout: float = ANSWER_TIMEOUT_S) -> DialogueState:
-        self.states.wait_until(lambda ms: any(m.state == state for m in ms), timeout=timeout,
-                               what=f"dialogue state {state}")
+        self.states.wait_until(
+            lambda ms: any(m.state == state for m in ms),
+            timeout=timeout,
+            what=f"dialogue state {state}",
+        )
         return next(m for m in self.states.messages if m.state == state)
 
     def speak_user(self, utterance_id: int, speech_s: float) -> None:
         now_ns = self.node.get_clock().now().nanoseconds
         start_ns = now_ns - int(speech_s * 1e9)
-        self.voice.publish(VoiceActivity(
-            header=conversions.header(start_ns, "microphone"), event=VoiceActivity.START,
-            utterance_id=utterance_id, start=conversions.time_from_ns(start_ns),
-            speech_s=speech_s, echo_score=float("nan")))
+        self.voice.publish(
+            VoiceActivity(
+                header=conversions.header(start_ns, "microphone"),
+                event=VoiceActivity.START,
+                utterance_id=utterance_id,
+                start=conversions.time_from_ns(start_ns),
+                speech_s=speech_s,
+                echo_score=float("nan"),
+            )
+        )
 
 
 def wait_future(future, timeout: float):

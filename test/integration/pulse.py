@@ -57,8 +57,12 @@ def pulse_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         pytest.skip(reason)
     env = {**os.environ, "OMNIFLOW_PULSE_DIR": str(tmp_path_factory.mktemp("pulse"))}
     started = subprocess.run(
-        ["bash", str(SCRIPT)], env=env, capture_output=True, text=True,
-        timeout=SCRIPT_TIMEOUT_S, check=False,
+        ["bash", str(SCRIPT)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=SCRIPT_TIMEOUT_S,
+        check=False,
     )
     assert started.returncode == 0, f"pulse_null.sh failed: {started.stderr}"
     server = started.stdout.strip()
@@ -69,8 +73,11 @@ def pulse_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield server
     finally:
         subprocess.run(
-            ["bash", str(SCRIPT), "--stop"], env=env, capture_output=True,
-            timeout=SCRIPT_TIMEOUT_S, check=False,
+            ["bash", str(SCRIPT), "--stop"],
+            env=env,
+            capture_output=True,
+            timeout=SCRIPT_TIMEOUT_S,
+            check=False,
         )
         if previous is None:
             os.environ.pop("PULSE_SERVER", None)

@@ -19,8 +19,10 @@ HELLO = Path(__file__).parents[1] / "data" / "samples" / "hello.wav"  # speech 0
 RATE = 16_000
 CHUNK = 640
 CHUNK_NS = 40_000_000
-ROBOT_TEXT = ("The red box on the table is a parcel for the kitchen. I can carry it there "
-              "after I finish charging, or you can take it yourself right now.")
+ROBOT_TEXT = (
+    "The red box on the table is a parcel for the kitchen. I can carry it there "
+    "after I finish charging, or you can take it yourself right now."
+)
 
 
 class Room:
@@ -33,8 +35,9 @@ class Room:
         self._pub = node.create_publisher(AudioChunk, f"{namespace}/audio", SENSOR_DATA)
         self._played = EchoReference(history_ms=3000)
         self._lock = threading.Lock()
-        node.create_subscription(AudioChunk, f"{namespace}/played_audio", self._on_played,
-                                 SENSOR_DATA)
+        node.create_subscription(
+            AudioChunk, f"{namespace}/played_audio", self._on_played, SENSOR_DATA
+        )
         self._delay_ns = int(delay_ms * 1e6)
         self._gain = gain
         self._rng = np.random.default_rng(0)
@@ -42,11 +45,12 @@ class Room:
         assert rate == RATE
         self._user = user.astype(np.float64) * 0.8
         frames = self._user[: len(self._user) // 160 * 160].reshape(-1, 160)
-        power = (frames ** 2).mean(axis=1)
+        power = (frames**2).mean(axis=1)
         #: Where the voice starts in the recording: the first 10 ms frame within 35 dB of
         #: the loudest (the earliest sign of voice), in nanoseconds.
-        self.user_onset_ns = int(np.flatnonzero(power > power.max() * 10 ** -3.5)[0]) \
-            * 160 * 1_000_000_000 // RATE
+        self.user_onset_ns = (
+            int(np.flatnonzero(power > power.max() * 10**-3.5)[0]) * 160 * 1_000_000_000 // RATE
+        )
         self._user_start_ns: int | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -78,7 +82,7 @@ class Room:
             offset = (stamp_ns - self._user_start_ns) * RATE // 1_000_000_000
             lo, hi = max(offset, 0), min(offset + CHUNK, len(self._user))
             if lo < hi:
-                x[lo - offset:hi - offset] += self._user[lo:hi]
+                x[lo - offset : hi - offset] += self._user[lo:hi]
         return np.clip(np.round(x), -32768, 32767).astype(np.int16)
 
     def _run(self) -> None:
@@ -90,7 +94,13 @@ class Room:
             wait_s = (stamp + CHUNK_NS - clock.now().nanoseconds) / 1e9
             if wait_s > 0 and self._stop.wait(wait_s):
                 return
-            self._pub.publish(conversions.audio_chunk(
-                self._chunk(stamp), stamp_ns=stamp, frame_id="microphone", sample_rate=RATE,
-                sequence=(stamp - self.first_stamp_ns) // CHUNK_NS))
+            self._pub.publish(
+                conversions.audio_chunk(
+                    self._chunk(stamp),
+                    stamp_ns=stamp,
+                    frame_id="microphone",
+                    sample_rate=RATE,
+                    sequence=(stamp - self.first_stamp_ns) // CHUNK_NS,
+                )
+            )
             stamp += CHUNK_NS

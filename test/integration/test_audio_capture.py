@@ -32,8 +32,11 @@ def speech_file(tmp_path):
 
 
 def start_audio(start_node, path, **extra):
-    return start_node(MODULE, "audio_capture",
-                      {"source": "file", "file.path": str(path), "autostart": False, **extra})
+    return start_node(
+        MODULE,
+        "audio_capture",
+        {"source": "file", "file.path": str(path), "autostart": False, **extra},
+    )
 
 
 def activate(ros_node, process, wait_for_match=False):
@@ -50,12 +53,12 @@ def wait_for_whole_file(recorder, samples):
     """Wait for the file's last block; best-effort delivery may lose one on a busy machine,
     so checks go by each block's sequence number rather than by arrival order."""
     last = len(samples) // CHUNK - 1
-    return recorder.wait_until(lambda chunks: any(c.sequence == last for c in chunks),
-                               timeout=15, what=f"block {last}")
+    return recorder.wait_until(
+        lambda chunks: any(c.sequence == last for c in chunks), timeout=15, what=f"block {last}"
+    )
 
 
-def test_file_blocks_are_stamped_40ms_apart_and_carry_the_file(ros_node, start_node,
-                                                               speech_file):
+def test_file_blocks_are_stamped_40ms_apart_and_carry_the_file(ros_node, start_node, speech_file):
     path, samples = speech_file
     process = start_audio(start_node, path)
     recorder = TopicRecorder(ros_node, AudioChunk, topic(process, "audio"), SENSOR_DATA)
@@ -69,12 +72,11 @@ def test_file_blocks_are_stamped_40ms_apart_and_carry_the_file(ros_node, start_n
     # Stream time: exactly one 40 ms period per block.
     np.testing.assert_array_equal(np.diff(stamps), np.diff(sequences) * 40_000_000)
     first = chunks[0]
-    assert (first.sample_rate, first.channels, first.format) == (
-        RATE, 1, AudioChunk.FORMAT_S16LE)
+    assert (first.sample_rate, first.channels, first.format) == (RATE, 1, AudioChunk.FORMAT_S16LE)
     assert first.header.frame_id == "microphone"
     for chunk in chunks:
         start = chunk.sequence * CHUNK
-        np.testing.assert_array_equal(audio_samples(chunk)[:, 0], samples[start:start + CHUNK])
+        np.testing.assert_array_equal(audio_samples(chunk)[:, 0], samples[start : start + CHUNK])
 
 
 def test_pause_and_resume_is_reported_as_a_gap(ros_node, start_node, speech_file):
@@ -95,8 +97,12 @@ def test_pause_and_resume_is_reported_as_a_gap(ros_node, start_node, speech_file
     name = f"omniflow: {topic(process, 'audio_capture')}"
 
     def gap_reported(arrays):
-        return any(s.name == name and dict((kv.key, kv.value) for kv in s.values)["gaps"] != "0"
-                   for a in arrays for s in a.status)
+        return any(
+            s.name == name and dict((kv.key, kv.value) for kv in s.values)["gaps"] != "0"
+            for a in arrays
+            for s in a.status
+        )
+
     diagnostics.wait_until(gap_reported, timeout=5, what="a gap in the diagnostics")
 
 
@@ -123,24 +129,27 @@ def test_unknown_source_is_refused_at_start_up_naming_the_allowed_values(start_n
 
 
 def test_chunk_that_is_not_whole_samples_is_refused_at_start_up(start_node, speech_file):
-    process = start_node(MODULE, "audio_capture",
-                         {"source": "file", "file.path": str(speech_file[0]),
-                          "sample_rate": 22050, "chunk_ms": 15})
+    process = start_node(
+        MODULE,
+        "audio_capture",
+        {"source": "file", "file.path": str(speech_file[0]), "sample_rate": 22050, "chunk_ms": 15},
+    )
     assert process.wait(timeout=20) == 2
     assert "not a whole number of samples" in process.output()
 
 
-def test_bad_values_at_run_time_are_refused_and_the_node_keeps_going(ros_node, start_node,
-                                                                     speech_file):
+def test_bad_values_at_run_time_are_refused_and_the_node_keeps_going(
+    ros_node, start_node, speech_file
+):
     path, _ = speech_file
     process = start_audio(start_node, path, **{"file.loop": True, "autostart": True})
     recorder = TopicRecorder(ros_node, AudioChunk, topic(process, "audio"), SENSOR_DATA)
     recorder.wait_for(3, timeout=10)
 
-    out_of_range, = set_parameters(ros_node, process, **{"file.rate": 1000.0})
+    (out_of_range,) = set_parameters(ros_node, process, **{"file.rate": 1000.0})
     assert not out_of_range.successful
     assert "100" in out_of_range.reason  # names the upper bound
-    while_active, = set_parameters(ros_node, process, source="device")
+    (while_active,) = set_parameters(ros_node, process, source="device")
     assert not while_active.successful
     assert "applied on configure" in while_active.reason
     assert get_parameter(ros_node, process, "source") == "file"
@@ -148,10 +157,10 @@ def test_bad_values_at_run_time_are_refused_and_the_node_keeps_going(ros_node, s
     recorder.wait_for(count + 5, timeout=5)  # still publishing
 
 
-def test_missing_file_leaves_the_node_up_and_unconfigured_with_the_path_named(ros_node,
-                                                                             start_node):
-    process = start_node(MODULE, "audio_capture",
-                         {"source": "file", "file.path": "/no/such/recording.wav"})
+def test_missing_file_leaves_the_node_up_and_unconfigured_with_the_path_named(ros_node, start_node):
+    process = start_node(
+        MODULE, "audio_capture", {"source": "file", "file.path": "/no/such/recording.wav"}
+    )
     time.sleep(0.5)
     assert lifecycle_state(ros_node, process) == State.PRIMARY_STATE_UNCONFIGURED
     assert process.running
@@ -159,8 +168,9 @@ def test_missing_file_leaves_the_node_up_and_unconfigured_with_the_path_named(ro
 
 
 def test_unknown_device_lists_what_exists(ros_node, start_node):
-    process = start_node(MODULE, "audio_capture",
-                         {"source": "device", "device": "no-such-microphone"})
+    process = start_node(
+        MODULE, "audio_capture", {"source": "device", "device": "no-such-microphone"}
+    )
     assert lifecycle_state(ros_node, process) == State.PRIMARY_STATE_UNCONFIGURED
     output = process.output()
     assert "no-such-microphone" in output

@@ -28,17 +28,22 @@ def test_the_example_tree_greets_then_answers_the_visitor(ros_node, start_node):
             time.sleep(0.05)
         time.sleep(0.5)
         now_ns = ros_node.get_clock().now().nanoseconds
-        transcript.publish(Transcript(
-            header=conversions.header(now_ns, "microphone"), utterance_id=1,
-            start=conversions.time_from_ns(now_ns - 10**9),
-            end=conversions.time_from_ns(now_ns), text="where is the kitchen",
-            confidence=float("nan"), is_final=True))
+        transcript.publish(
+            Transcript(
+                header=conversions.header(now_ns, "microphone"),
+                utterance_id=1,
+                start=conversions.time_from_ns(now_ns - 10**9),
+                end=conversions.time_from_ns(now_ns),
+                text="where is the kitchen",
+                confidence=float("nan"),
+                is_final=True,
+            )
+        )
 
     threading.Thread(target=visitor_asks, daemon=True).start()
     status = run_tree(root, ticks_hz=20, timeout_s=2 * ANSWER_TIMEOUT_S)
     greet, answer = root.children
-    assert status == py_trees.common.Status.SUCCESS, \
-        [b.feedback_message for b in root.children]
+    assert status == py_trees.common.Status.SUCCESS, [b.feedback_message for b in root.children]
     assert greet.result.response.strip()
     assert answer.result.transcript.text == "where is the kitchen"
     assert answer.result.response.strip()
@@ -50,13 +55,16 @@ def test_the_example_tree_greets_then_answers_the_visitor(ros_node, start_node):
 def test_a_busy_robot_makes_the_behaviour_fail_with_a_reason(ros_node, start_node):
     graph = Graph(ros_node, start_node, speech=False)
     graph.wait_active()
-    first = Converse("long", ros_node, prompt="Tell me a long story about the sea.",
-                     action_name=graph.topic("converse"))
-    second = Converse("refused", ros_node, prompt="Say yes.",
-                      action_name=graph.topic("converse"))
+    first = Converse(
+        "long",
+        ros_node,
+        prompt="Tell me a long story about the sea.",
+        action_name=graph.topic("converse"),
+    )
+    second = Converse("refused", ros_node, prompt="Say yes.", action_name=graph.topic("converse"))
     root = py_trees.composites.Parallel(
-        name="both", policy=py_trees.common.ParallelPolicy.SuccessOnAll(),
-        children=[first, second])
+        name="both", policy=py_trees.common.ParallelPolicy.SuccessOnAll(), children=[first, second]
+    )
     run_tree(root, ticks_hz=20, timeout_s=ANSWER_TIMEOUT_S)
     # Both goals leave on the first tick; whichever the server takes second is refused (the
     # parallel then stops the other one).

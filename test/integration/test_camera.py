@@ -41,8 +41,9 @@ def stamps_ns(images) -> np.ndarray:
 
 
 def test_video_frames_are_stamped_one_period_apart_in_rgb8(ros_node, start_node):
-    process = start_node(MODULE, "camera", {"source": "video", "path": str(SCENE),
-                                            "fps": 10.0, "autostart": False})
+    process = start_node(
+        MODULE, "camera", {"source": "video", "path": str(SCENE), "fps": 10.0, "autostart": False}
+    )
     recorder = TopicRecorder(ros_node, Image, topic(process, "image_raw"), SENSOR_DATA)
     assert change_state(ros_node, process, Transition.TRANSITION_CONFIGURE)
     wait_for_publishers(ros_node, topic(process, "image_raw"), 1, timeout=10)
@@ -58,8 +59,9 @@ def test_video_frames_are_stamped_one_period_apart_in_rgb8(ros_node, start_node)
     # Best-effort delivery may lose a frame on a busy machine: find where the received ones
     # start in the file, then every received frame is the file's frame at its stamp.
     expected = [bgr[:, :, ::-1] for bgr in first_frames(SCENE, 20)]
-    start = next(i for i, rgb in enumerate(expected)
-                 if np.array_equal(image_pixels(images[0]), rgb))
+    start = next(
+        i for i, rgb in enumerate(expected) if np.array_equal(image_pixels(images[0]), rgb)
+    )
     origin = ns_from_time(images[0].header.stamp)
     for image in images[:5]:
         index = start + (ns_from_time(image.header.stamp) - origin) // 100_000_000
@@ -67,12 +69,11 @@ def test_video_frames_are_stamped_one_period_apart_in_rgb8(ros_node, start_node)
 
 
 def test_fps_changes_live_and_bad_values_are_refused(ros_node, start_node):
-    process = start_node(MODULE, "camera", {"source": "video", "path": str(SCENE),
-                                            "fps": 10.0})
+    process = start_node(MODULE, "camera", {"source": "video", "path": str(SCENE), "fps": 10.0})
     recorder = TopicRecorder(ros_node, Image, topic(process, "image_raw"), SENSOR_DATA)
     recorder.wait_for(3, timeout=15)
 
-    result, = set_parameters(ros_node, process, fps=25.0)
+    (result,) = set_parameters(ros_node, process, fps=25.0)
     assert result.successful
     recorder.clear()
     images = recorder.wait_for(8, timeout=10)
@@ -82,10 +83,10 @@ def test_fps_changes_live_and_bad_values_are_refused(ros_node, start_node):
     assert set(steps) <= {40_000_000, 80_000_000}
     assert np.median(steps) == 40_000_000
 
-    too_fast, = set_parameters(ros_node, process, fps=500.0)
+    (too_fast,) = set_parameters(ros_node, process, fps=500.0)
     assert not too_fast.successful
     assert "60" in too_fast.reason  # names the upper bound
-    bad_encoding, = set_parameters(ros_node, process, encoding="yuv422")
+    (bad_encoding,) = set_parameters(ros_node, process, encoding="yuv422")
     assert not bad_encoding.successful
     assert "rgb8, bgr8, mono8" in bad_encoding.reason
     assert get_parameter(ros_node, process, "fps") == 25.0
@@ -93,14 +94,25 @@ def test_fps_changes_live_and_bad_values_are_refused(ros_node, start_node):
     recorder.wait_for(count + 3, timeout=5)  # still publishing
 
 
-def test_folder_as_mono8_resized_keeping_aspect_with_compressed_copy(ros_node, start_node,
-                                                                     photo_folder):
-    process = start_node(MODULE, "camera", {
-        "source": "folder", "path": str(photo_folder), "encoding": "mono8", "width": 128,
-        "compressed": True, "fps": 20.0})
+def test_folder_as_mono8_resized_keeping_aspect_with_compressed_copy(
+    ros_node, start_node, photo_folder
+):
+    process = start_node(
+        MODULE,
+        "camera",
+        {
+            "source": "folder",
+            "path": str(photo_folder),
+            "encoding": "mono8",
+            "width": 128,
+            "compressed": True,
+            "fps": 20.0,
+        },
+    )
     raw = TopicRecorder(ros_node, Image, topic(process, "image_raw"), SENSOR_DATA)
-    compressed = TopicRecorder(ros_node, CompressedImage,
-                               topic(process, "image_raw/compressed"), SENSOR_DATA)
+    compressed = TopicRecorder(
+        ros_node, CompressedImage, topic(process, "image_raw/compressed"), SENSOR_DATA
+    )
     images = raw.wait_for(6, timeout=15)
     jpegs = compressed.wait_for(3, timeout=5)
 
@@ -114,8 +126,9 @@ def test_folder_as_mono8_resized_keeping_aspect_with_compressed_copy(ros_node, s
 
 
 def test_unknown_encoding_is_refused_at_start_up_naming_the_allowed_values(start_node):
-    process = start_node(MODULE, "camera", {"source": "video", "path": str(SCENE),
-                                            "encoding": "yuv422"})
+    process = start_node(
+        MODULE, "camera", {"source": "video", "path": str(SCENE), "encoding": "yuv422"}
+    )
     assert process.wait(timeout=20) == 2
     assert "allowed values: rgb8, bgr8, mono8" in process.output()
 

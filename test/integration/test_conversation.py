@@ -31,16 +31,16 @@ class Conversation:
     def __init__(self, ros_node, start_node):
         self.node = ros_node
         ns = self.namespace = f"/t{uuid.uuid4().hex[:6]}"
-        self.fusion = start_node("omniflow.nodes.fusion", "fusion", {"vision.enabled": False},
-                                 namespace=ns)
-        self.dialogue = start_node("omniflow.nodes.dialogue", "dialogue",
-                                   dialogue_params(), namespace=ns)
-        self.speech = start_node("omniflow.nodes.speech", "speech", {"sink": "null"},
-                                 namespace=ns)
+        self.fusion = start_node(
+            "omniflow.nodes.fusion", "fusion", {"vision.enabled": False}, namespace=ns
+        )
+        self.dialogue = start_node(
+            "omniflow.nodes.dialogue", "dialogue", dialogue_params(), namespace=ns
+        )
+        self.speech = start_node("omniflow.nodes.speech", "speech", {"sink": "null"}, namespace=ns)
         self.fusion_status = TopicRecorder(ros_node, String, f"{ns}/fusion/status", LATCHED)
         self.states = TopicRecorder(ros_node, DialogueState, f"{ns}/dialogue_state", LATCHED)
-        self.speech_states = TopicRecorder(ros_node, SpeechState, f"{ns}/speech_state",
-                                           LATCHED)
+        self.speech_states = TopicRecorder(ros_node, SpeechState, f"{ns}/speech_state", LATCHED)
         self.chunks = TopicRecorder(ros_node, ResponseChunk, f"{ns}/response", EVENTS)
         self.said = TopicRecorder(ros_node, Transcript, f"{ns}/user_said", EVENTS)
         self.activity = TopicRecorder(ros_node, VoiceActivity, f"{ns}/voice_activity", EVENTS)
@@ -48,16 +48,21 @@ class Conversation:
         self.room = Room(ros_node, ns)
         assert self.client.wait_for_server(timeout_sec=90), self.dialogue.output()
         self.fusion_status.wait_until(
-            lambda ms: any(json.loads(m.data)["state"] == "active" for m in ms), timeout=90,
-            what="fusion active")
-        self.states.wait_until(lambda ms: any(m.reason == "listening" for m in ms),
-                               timeout=90, what="dialogue active")
+            lambda ms: any(json.loads(m.data)["state"] == "active" for m in ms),
+            timeout=90,
+            what="fusion active",
+        )
+        self.states.wait_until(
+            lambda ms: any(m.reason == "listening" for m in ms), timeout=90, what="dialogue active"
+        )
         wait_for_publishers(ros_node, f"{ns}/played_audio", 1, timeout=30)
         self.speech_states.wait_for(1, timeout=30)
         deadline = time.monotonic() + 30
-        while ros_node.count_subscribers(f"{ns}/audio") < 1 or \
-                ros_node.count_subscribers(f"{ns}/played_audio") < 2 or \
-                ros_node.count_publishers(f"{ns}/voice_activity") < 1:
+        while (
+            ros_node.count_subscribers(f"{ns}/audio") < 1
+            or ros_node.count_subscribers(f"{ns}/played_audio") < 2
+            or ros_node.count_publishers(f"{ns}/voice_activity") < 1
+        ):
             assert time.monotonic() < deadline, "the graph never connected"
             time.sleep(0.05)
         time.sleep(1.0)  # discovery settles both ways
@@ -71,8 +76,10 @@ class Conversation:
         return handle
 
     def outputs(self) -> str:
-        return "\n".join(f"--- {p.spec.name}\n{p.output()[-1500:]}"
-                         for p in (self.fusion, self.dialogue, self.speech))
+        return "\n".join(
+            f"--- {p.spec.name}\n{p.output()[-1500:]}"
+            for p in (self.fusion, self.dialogue, self.speech)
+        )
 
     def close(self) -> None:
         self.room.stop()
@@ -82,24 +89,34 @@ def test_a_spoken_question_gets_a_streamed_spoken_answer(ros_node, start_node):
     talk = Conversation(ros_node, start_node)
     try:
         talk.room.user_speaks(ros_node.get_clock().now().nanoseconds)
-        said = talk.said.wait_until(lambda ms: len(ms) > 0, timeout=ANSWER_TIMEOUT_S,
-                                    what="user_said")
+        said = talk.said.wait_until(
+            lambda ms: len(ms) > 0, timeout=ANSWER_TIMEOUT_S, what="user_said"
+        )
         question = said[-1]
         assert question.text.strip()
         turn = talk.states.wait_until(
-            lambda ms: any(m.state == DialogueState.THINKING for m in ms), timeout=30,
-            what="thinking")
+            lambda ms: any(m.state == DialogueState.THINKING for m in ms),
+            timeout=30,
+            what="thinking",
+        )
         turn_id = [m for m in turn if m.state == DialogueState.THINKING][-1].turn_id
         talk.chunks.wait_until(
             lambda ms: any(c.turn_id == turn_id and c.is_final for c in ms),
-            timeout=ANSWER_TIMEOUT_S, what="the whole answer")
+            timeout=ANSWER_TIMEOUT_S,
+            what="the whole answer",
+        )
         answer = "".join(c.text_delta for c in talk.chunks.messages if c.turn_id == turn_id)
         assert answer.strip()
         talk.speech_states.wait_until(
             lambda ms: any(m.speaking and m.turn_id == turn_id for m in ms),
-            timeout=30, what="the answer spoken")
-        talk.states.wait_until(lambda ms: ms[-1].state == DialogueState.LISTENING,
-                               timeout=ANSWER_TIMEOUT_S, what="listening again")
+            timeout=30,
+            what="the answer spoken",
+        )
+        talk.states.wait_until(
+            lambda ms: ms[-1].state == DialogueState.LISTENING,
+            timeout=ANSWER_TIMEOUT_S,
+            what="listening again",
+        )
     except (TimeoutError, AssertionError) as err:
         raise AssertionError(f"{err}\n{talk.outputs()}") from err
     finally:
@@ -110,17 +127,23 @@ def test_the_user_talking_over_the_robot_stops_it(ros_node, start_node):
     talk = Conversation(ros_node, start_node)
     try:
         handle = talk.ask(LONG_PROMPT)
-        talk.speech_states.wait_until(lambda ms: any(m.speaking for m in ms),
-                                      timeout=ANSWER_TIMEOUT_S, what="the robot speaking")
+        talk.speech_states.wait_until(
+            lambda ms: any(m.speaking for m in ms),
+            timeout=ANSWER_TIMEOUT_S,
+            what="the robot speaking",
+        )
         time.sleep(0.5)
         talk.room.user_speaks(ros_node.get_clock().now().nanoseconds)
         interrupted = talk.states.wait_until(
-            lambda ms: any(m.state == DialogueState.INTERRUPTED for m in ms), timeout=30,
-            what="barge-in")
+            lambda ms: any(m.state == DialogueState.INTERRUPTED for m in ms),
+            timeout=30,
+            what="barge-in",
+        )
         reason = next(m.reason for m in interrupted if m.state == DialogueState.INTERRUPTED)
         assert "barge-in" in reason
-        talk.speech_states.wait_until(lambda ms: not ms[-1].speaking, timeout=10,
-                                      what="playback stopped")
+        talk.speech_states.wait_until(
+            lambda ms: not ms[-1].speaking, timeout=10, what="playback stopped"
+        )
         outcome = wait_future(handle.get_result_async(), 30)
         assert outcome.status == GoalStatus.STATUS_ABORTED
         assert "interrupted" in outcome.result.error
@@ -142,7 +165,9 @@ def test_the_robots_own_voice_does_not_interrupt_it(ros_node, start_node):
         assert outcome.status == GoalStatus.STATUS_SUCCEEDED, outcome.result.error
         talk.speech_states.wait_until(
             lambda ms: any(m.speaking for m in ms) and not ms[-1].speaking,
-            timeout=ANSWER_TIMEOUT_S, what="the robot spoke and finished")
+            timeout=ANSWER_TIMEOUT_S,
+            what="the robot spoke and finished",
+        )
         time.sleep(1.5)  # the last echo reaches the fusion node
         states = [m.state for m in talk.states.messages]
         assert DialogueState.SPEAKING in states

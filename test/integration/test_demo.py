@@ -11,18 +11,32 @@ import pytest
 from omniflow.resources import sample
 
 
-@pytest.mark.parametrize("inputs", [[], ["--audio", "hello.wav", "--video", "scene.avi"]],
-                         ids=["bundled session", "own files"])
+@pytest.mark.parametrize(
+    "inputs",
+    [[], ["--audio", "hello.wav", "--video", "scene.avi"]],
+    ids=["bundled session", "own files"],
+)
 def test_demo_prints_transcript_frames_latency_and_writes_the_report(tmp_path, inputs):
     args = [str(sample(a)) if a.endswith((".wav", ".avi")) else a for a in inputs]
-    result = subprocess.run([sys.executable, "-m", "omniflow.cli", "demo", "--out",
-                             str(tmp_path), *args], capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-m", "omniflow.cli", "demo", "--out", str(tmp_path), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
     assert "heard (utterance 1)" in out and "transcript:" in out
     assert "frames the association chose" in out and "speech onset" in out
-    for stage in ("capture", "VAD/ASR", "vision", "association", "first token", "first audio",
-                  "end to end"):
+    for stage in (
+        "capture",
+        "VAD/ASR",
+        "vision",
+        "association",
+        "first token",
+        "first audio",
+        "end to end",
+    ):
         assert f"\n{stage} " in out, stage
     assert "robot (turn" in out and "response:" in out  # the answer, as it streamed
     assert f"wrote under {tmp_path}" in out
@@ -42,9 +56,15 @@ def test_demo_prints_transcript_frames_latency_and_writes_the_report(tmp_path, i
 def test_demo_refuses_a_bag_without_the_inputs(tmp_path):
     from omniflow.bag import BagMessage, write_mcap_file
 
-    bag = write_mcap_file(tmp_path / "only_clock.mcap", [
-        BagMessage("clock", "rosgraph_msgs/msg/Clock", 10**9, bytes(4) + bytes(8))])
-    result = subprocess.run([sys.executable, "-m", "omniflow.cli", "demo", "--bag", str(bag)],
-                            capture_output=True, text=True, timeout=120)
+    bag = write_mcap_file(
+        tmp_path / "only_clock.mcap",
+        [BagMessage("clock", "rosgraph_msgs/msg/Clock", 10**9, bytes(4) + bytes(8))],
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "omniflow.cli", "demo", "--bag", str(bag)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 1
     assert "has no messages on audio, image_raw" in result.stderr

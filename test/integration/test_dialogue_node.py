@@ -38,19 +38,25 @@ def test_converse_goal_streams_an_answer_that_is_spoken(graph):
     assert result.transcript.text == "What colour is the sky on a clear day?"
     assert feedback and feedback[-1].partial_response == result.response
     assert "".join(f.text_delta for f in feedback) == result.response
-    graph.chunks.wait_until(lambda ms: any(m.is_final for m in ms), timeout=10,
-                            what="the final chunk")
+    graph.chunks.wait_until(
+        lambda ms: any(m.is_final for m in ms), timeout=10, what="the final chunk"
+    )
     chunks = [c for c in graph.chunks.messages if c.turn_id == result.turn_id]
     assert [c.index for c in chunks] == list(range(len(chunks)))
     assert turn_text(chunks, result.turn_id) == result.response
-    graph.states.wait_until(lambda ms: ms[-1].state == DialogueState.LISTENING, timeout=10,
-                            what="listening after the turn")
+    graph.states.wait_until(
+        lambda ms: ms[-1].state == DialogueState.LISTENING,
+        timeout=10,
+        what="listening after the turn",
+    )
     sequence = graph.state_sequence()
     assert DialogueState.THINKING in sequence and DialogueState.SPEAKING in sequence
     # the speech node played it (the turn ends when it has)
     graph.speech_states.wait_until(
-        lambda ms: any(s.speaking and s.turn_id == result.turn_id for s in ms), timeout=10,
-        what="the answer played")
+        lambda ms: any(s.speaking and s.turn_id == result.turn_id for s in ms),
+        timeout=10,
+        what="the answer played",
+    )
 
 
 def test_cancel_stops_generation_and_speech(graph):
@@ -69,8 +75,9 @@ def test_cancel_stops_generation_and_speech(graph):
     later = [c for c in graph.chunks.messages if c.turn_id == turn]
     assert len(later) == count, "chunks kept coming after the cancel"
     assert not any(c.is_final for c in later)
-    graph.speech_states.wait_until(lambda ms: ms and not ms[-1].speaking, timeout=10,
-                                   what="speech idle")
+    graph.speech_states.wait_until(
+        lambda ms: ms and not ms[-1].speaking, timeout=10, what="speech idle"
+    )
     assert graph.state_sequence()[-1] == DialogueState.LISTENING
 
 
@@ -106,10 +113,17 @@ def test_listen_goal_answers_the_next_utterance_and_user_said_fires(graph):
     time.sleep(0.5)
     graph.speak_user(7, 0.3)
     now_ns = graph.node.get_clock().now().nanoseconds
-    graph.transcript.publish(Transcript(
-        header=conversions.header(now_ns, "microphone"), utterance_id=7,
-        start=conversions.time_from_ns(now_ns - 10**9), end=conversions.time_from_ns(now_ns),
-        text="what is your name", confidence=0.9, is_final=True))
+    graph.transcript.publish(
+        Transcript(
+            header=conversions.header(now_ns, "microphone"),
+            utterance_id=7,
+            start=conversions.time_from_ns(now_ns - 10**9),
+            end=conversions.time_from_ns(now_ns),
+            text="what is your name",
+            confidence=0.9,
+            is_final=True,
+        )
+    )
     result = wait_future(handle.get_result_async(), ANSWER_TIMEOUT_S).result
     assert result.success, result.error
     assert result.transcript.text == "what is your name"
@@ -121,14 +135,14 @@ def test_listen_goal_answers_the_next_utterance_and_user_said_fires(graph):
 
 def test_barge_in_stops_generation_and_playback(graph):
     handle, feedback = graph.send(LONG_PROMPT)
-    graph.speech_states.wait_until(lambda ms: any(m.speaking for m in ms),
-                                   timeout=ANSWER_TIMEOUT_S, what="speaking")
+    graph.speech_states.wait_until(
+        lambda ms: any(m.speaking for m in ms), timeout=ANSWER_TIMEOUT_S, what="speaking"
+    )
     sent = time.monotonic()
     graph.speak_user(3, 0.2)
     interrupted = graph.wait_state(DialogueState.INTERRUPTED, timeout=10)
     assert "barge-in" in interrupted.reason
-    graph.speech_states.wait_until(lambda ms: not ms[-1].speaking, timeout=10,
-                                   what="speech idle")
+    graph.speech_states.wait_until(lambda ms: not ms[-1].speaking, timeout=10, what="speech idle")
     stopped = time.monotonic() - sent
     outcome = wait_future(handle.get_result_async(), 30)
     assert outcome.status == GoalStatus.STATUS_ABORTED
@@ -141,12 +155,18 @@ def test_barge_in_stops_generation_and_playback(graph):
 
 
 def test_a_missing_model_fails_configure_and_the_node_stays_up(ros_node, start_node):
-    g = Graph(ros_node, start_node, speech=False, **{"llm.backend": "gguf",
-                                                     "llm.model_path": "/nonexistent/m.gguf"})
+    g = Graph(
+        ros_node,
+        start_node,
+        speech=False,
+        **{"llm.backend": "gguf", "llm.model_path": "/nonexistent/m.gguf"},
+    )
     assert g.client.wait_for_server(timeout_sec=START_TIMEOUT_S)
     status = g.status.wait_until(
-        lambda ms: any("not configured" in m.data for m in ms), timeout=START_TIMEOUT_S,
-        what="configure failed")
+        lambda ms: any("not configured" in m.data for m in ms),
+        timeout=START_TIMEOUT_S,
+        what="configure failed",
+    )
     text = json.loads(status[-1].data)["state"]
     assert "/nonexistent/m.gguf" in text
     assert lifecycle_state(ros_node, g.dialogue) == LifecycleStateMsg.PRIMARY_STATE_UNCONFIGURED
@@ -158,9 +178,16 @@ def test_a_missing_model_fails_configure_and_the_node_stays_up(ros_node, start_n
 
 
 def test_a_person_appearing_makes_the_robot_speak_up_once(ros_node, start_node):
-    g = Graph(ros_node, start_node, speech=False, **{
-        "proactive.enabled": True, "proactive.min_interval_s": 60.0,
-        "proactive.rules": "person_appeared => Someone just came into view. Greet them."})
+    g = Graph(
+        ros_node,
+        start_node,
+        speech=False,
+        **{
+            "proactive.enabled": True,
+            "proactive.min_interval_s": 60.0,
+            "proactive.rules": "person_appeared => Someone just came into view. Greet them.",
+        },
+    )
     g.wait_active()
     scenes = ros_node.create_publisher(Scene, g.topic("scene"), EVENTS)
     deadline = time.monotonic() + 30
@@ -169,16 +196,25 @@ def test_a_person_appearing_makes_the_robot_speak_up_once(ros_node, start_node):
         time.sleep(0.05)
     for present in (False, True, True, False, True):  # appears, leaves, appears again
         now_ns = ros_node.get_clock().now().nanoseconds
-        scenes.publish(Scene(header=conversions.header(now_ns, "camera"),
-                             observations=["face"] if present else [],
-                             description="The camera shows a face." if present else "",
-                             person_present=present))
+        scenes.publish(
+            Scene(
+                header=conversions.header(now_ns, "camera"),
+                observations=["face"] if present else [],
+                description="The camera shows a face." if present else "",
+                person_present=present,
+            )
+        )
         time.sleep(0.3)
     thinking = g.states.wait_until(
-        lambda ms: any(m.reason == "a proactive turn" for m in ms), timeout=30,
-        what="a proactive turn")
+        lambda ms: any(m.reason == "a proactive turn" for m in ms),
+        timeout=30,
+        what="a proactive turn",
+    )
     turn = next(m.turn_id for m in thinking if m.reason == "a proactive turn")
-    g.chunks.wait_until(lambda ms: any(c.turn_id == turn and c.is_final for c in ms),
-                        timeout=ANSWER_TIMEOUT_S, what="the greeting")
+    g.chunks.wait_until(
+        lambda ms: any(c.turn_id == turn and c.is_final for c in ms),
+        timeout=ANSWER_TIMEOUT_S,
+        what="the greeting",
+    )
     time.sleep(3.0)  # rate-limited: the second appearance does not speak again
     assert sum(m.reason == "a proactive turn" for m in g.states.messages) == 1

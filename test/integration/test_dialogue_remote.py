@@ -88,8 +88,14 @@ def server():
 def frame(stamp_ns: int, colour: tuple[int, int, int]) -> Image:
     pixels = np.zeros((48, 64, 3), np.uint8)
     pixels[:] = colour
-    return Image(header=conversions.header(stamp_ns, "camera"), height=48, width=64,
-                 encoding="rgb8", step=64 * 3, data=pixels.tobytes())
+    return Image(
+        header=conversions.header(stamp_ns, "camera"),
+        height=48,
+        width=64,
+        encoding="rgb8",
+        step=64 * 3,
+        data=pixels.tobytes(),
+    )
 
 
 def decoded_colours(request) -> list[tuple[int, int, int]]:
@@ -110,14 +116,23 @@ def decoded_colours(request) -> list[tuple[int, int, int]]:
 def start_conversing(ros_node, start_node, server):
     """A dialogue node on the recording server, active, and a converse client for it."""
     ns = f"/t{uuid.uuid4().hex[:6]}"
-    dialogue = start_node("omniflow.nodes.dialogue", "dialogue", {
-        "llm.backend": "remote", "llm.remote.url": f"http://127.0.0.1:{server.server_port}",
-        "proactive.enabled": False, "speech_start_timeout_s": 0.5}, namespace=ns)
+    dialogue = start_node(
+        "omniflow.nodes.dialogue",
+        "dialogue",
+        {
+            "llm.backend": "remote",
+            "llm.remote.url": f"http://127.0.0.1:{server.server_port}",
+            "proactive.enabled": False,
+            "speech_start_timeout_s": 0.5,
+        },
+        namespace=ns,
+    )
     client = ActionClient(ros_node, Converse, f"{ns}/converse")
     assert client.wait_for_server(timeout_sec=START_TIMEOUT_S), dialogue.output()
     states = TopicRecorder(ros_node, DialogueState, f"{ns}/dialogue_state", LATCHED)
-    states.wait_until(lambda ms: any(m.reason == "listening" for m in ms), START_TIMEOUT_S,
-                      "dialogue active")
+    states.wait_until(
+        lambda ms: any(m.reason == "listening" for m in ms), START_TIMEOUT_S, "dialogue active"
+    )
     return dialogue, client
 
 
@@ -130,20 +145,28 @@ def ask(client: ActionClient, text: str):
 
 def test_the_chosen_frame_and_its_words_reach_the_model(ros_node, start_node, server):
     ns = f"/t{uuid.uuid4().hex[:6]}"
-    dialogue = start_node("omniflow.nodes.dialogue", "dialogue", {
-        "llm.backend": "remote", "llm.remote.url": f"http://127.0.0.1:{server.server_port}",
-        "llm.remote.images": True, "proactive.enabled": False,
-        "speech_start_timeout_s": 0.5}, namespace=ns)
+    dialogue = start_node(
+        "omniflow.nodes.dialogue",
+        "dialogue",
+        {
+            "llm.backend": "remote",
+            "llm.remote.url": f"http://127.0.0.1:{server.server_port}",
+            "llm.remote.images": True,
+            "proactive.enabled": False,
+            "speech_start_timeout_s": 0.5,
+        },
+        namespace=ns,
+    )
     states = TopicRecorder(ros_node, DialogueState, f"{ns}/dialogue_state", LATCHED)
-    states.wait_until(lambda ms: any(m.reason == "listening" for m in ms), START_TIMEOUT_S,
-                      "dialogue active")
+    states.wait_until(
+        lambda ms: any(m.reason == "listening" for m in ms), START_TIMEOUT_S, "dialogue active"
+    )
     images = ros_node.create_publisher(Image, f"{ns}/image_raw", SENSOR_DATA)
     associations = ros_node.create_publisher(Association, f"{ns}/associations", EVENTS)
     voice = ros_node.create_publisher(VoiceActivity, f"{ns}/voice_activity", EVENTS)
     transcript = ros_node.create_publisher(Transcript, f"{ns}/transcript", EVENTS)
     deadline = time.monotonic() + 30
-    while any(p.get_subscription_count() < 1 for p in (images, associations, voice,
-                                                        transcript)):
+    while any(p.get_subscription_count() < 1 for p in (images, associations, voice, transcript)):
         assert time.monotonic() < deadline, dialogue.output()
         time.sleep(0.05)
 
@@ -154,24 +177,52 @@ def test_the_chosen_frame_and_its_words_reach_the_model(ros_node, start_node, se
         images.publish(frame(pointing_ns, (250, 0, 0)))
         time.sleep(0.1)
     start = conversions.time_from_ns(t0 - 80 * _MS)
-    associations.publish(Association(
-        header=conversions.header(t0, ""), decision_id=1,
-        trigger=TokenRef(modality=TokenRef.MODALITY_AUDIO, stamp=start, chosen=True),
-        candidates=[
-            TokenRef(modality=TokenRef.MODALITY_VISION,
-                     stamp=conversions.time_from_ns(pointing_ns), chosen=True, score=0.9,
-                     summary="hand pointing top-left; face"),
-            TokenRef(modality=TokenRef.MODALITY_VISION,
-                     stamp=conversions.time_from_ns(earlier_ns), chosen=False, score=0.2,
-                     reason="outside the window", summary="person")]))
-    voice.publish(VoiceActivity(header=conversions.header(t0 - 80 * _MS, "microphone"),
-                                event=VoiceActivity.START, utterance_id=4, start=start,
-                                speech_s=0.1, echo_score=float("nan")))
+    associations.publish(
+        Association(
+            header=conversions.header(t0, ""),
+            decision_id=1,
+            trigger=TokenRef(modality=TokenRef.MODALITY_AUDIO, stamp=start, chosen=True),
+            candidates=[
+                TokenRef(
+                    modality=TokenRef.MODALITY_VISION,
+                    stamp=conversions.time_from_ns(pointing_ns),
+                    chosen=True,
+                    score=0.9,
+                    summary="hand pointing top-left; face",
+                ),
+                TokenRef(
+                    modality=TokenRef.MODALITY_VISION,
+                    stamp=conversions.time_from_ns(earlier_ns),
+                    chosen=False,
+                    score=0.2,
+                    reason="outside the window",
+                    summary="person",
+                ),
+            ],
+        )
+    )
+    voice.publish(
+        VoiceActivity(
+            header=conversions.header(t0 - 80 * _MS, "microphone"),
+            event=VoiceActivity.START,
+            utterance_id=4,
+            start=start,
+            speech_s=0.1,
+            echo_score=float("nan"),
+        )
+    )
     time.sleep(0.3)
-    transcript.publish(Transcript(header=conversions.header(t0, "microphone"), utterance_id=4,
-                                  start=start, end=conversions.time_from_ns(t0 + 900 * _MS),
-                                  text="what is this", confidence=float("nan"),
-                                  is_final=True))
+    transcript.publish(
+        Transcript(
+            header=conversions.header(t0, "microphone"),
+            utterance_id=4,
+            start=start,
+            end=conversions.time_from_ns(t0 + 900 * _MS),
+            text="what is this",
+            confidence=float("nan"),
+            is_final=True,
+        )
+    )
     deadline = time.monotonic() + 30
     while not server.requests:
         assert time.monotonic() < deadline, dialogue.output()
@@ -184,19 +235,22 @@ def test_the_chosen_frame_and_its_words_reach_the_model(ros_node, start_node, se
     colours = decoded_colours(request)
     assert len(colours) == 1, colours
     assert colours[0][0] > 200 and colours[0][2] < 50  # the red frame, not the blue one
-    states.wait_until(lambda ms: ms[-1].state == DialogueState.LISTENING and len(ms) > 2, 30,
-                      "the turn ended")
+    states.wait_until(
+        lambda ms: ms[-1].state == DialogueState.LISTENING and len(ms) > 2, 30, "the turn ended"
+    )
 
 
 def test_a_server_answering_garbage_fails_the_turn_and_keeps_the_history(
-        ros_node, start_node, server):
+    ros_node, start_node, server
+):
     dialogue, client = start_conversing(ros_node, start_node, server)
 
     server.garbage = True
     outcome = ask(client, "Where is the kitchen?")
     assert outcome.status == GoalStatus.STATUS_ABORTED
-    assert "failed" in outcome.result.error and "server-sent event" in outcome.result.error, \
+    assert "failed" in outcome.result.error and "server-sent event" in outcome.result.error, (
         outcome.result.error
+    )
     assert dialogue.running
     server.garbage = False
     outcome = ask(client, "And the garden?")
@@ -208,10 +262,11 @@ def test_a_server_answering_garbage_fails_the_turn_and_keeps_the_history(
 
 def test_live_llm_parameters_reach_the_server_or_are_refused(ros_node, start_node, server):
     dialogue, client = start_conversing(ros_node, start_node, server)
-    threads, = set_parameters(ros_node, dialogue, **{"llm.threads": 1})
+    (threads,) = set_parameters(ros_node, dialogue, **{"llm.threads": 1})
     assert not threads.successful
-    assert "llm.threads is not applied by the remote backend: the server decides" in \
-        threads.reason, threads.reason
+    assert (
+        "llm.threads is not applied by the remote backend: the server decides" in threads.reason
+    ), threads.reason
     assert get_parameter(ros_node, dialogue, "llm.threads") == 2
     applied = set_parameters(ros_node, dialogue, **{"llm.temperature": 0.5, "llm.max_tokens": 9})
     assert all(result.successful for result in applied), applied

@@ -21,7 +21,7 @@ from omniflow.ros.qos import EVENTS, LATCHED, SENSOR_DATA
 from ros_helpers import change_state, get_parameter, set_parameters, topic
 
 SAMPLES = Path(__file__).parents[1] / "data" / "samples"
-HELLO = SAMPLES / "hello.wav"   # speech from about 0.5 s to 3.2 s
+HELLO = SAMPLES / "hello.wav"  # speech from about 0.5 s to 3.2 s
 SCENE = SAMPLES / "scene.avi"
 _MS = 1_000_000
 BEFORE_NS, AFTER_NS = 80 * _MS, 120 * _MS
@@ -29,23 +29,34 @@ BEFORE_NS, AFTER_NS = 80 * _MS, 120 * _MS
 
 def bad_inputs(now_ns: int) -> tuple[list[tuple[AudioChunk, str]], list[tuple[Image, str]]]:
     """Each bad input with (a part of) the reason the node must log for it."""
+
     def chunk(samples, rate=16000, stamp_ns=now_ns):
-        return conversions.audio_chunk(samples, stamp_ns=stamp_ns, frame_id="bad-input",
-                                       sample_rate=rate, sequence=0)
+        return conversions.audio_chunk(
+            samples, stamp_ns=stamp_ns, frame_id="bad-input", sample_rate=rate, sequence=0
+        )
 
     def image(width=4, height=4, encoding="rgb8", step=12, stamp_ns=now_ns):
-        return Image(header=conversions.header(stamp_ns, "bad-input"), height=height,
-                     width=width, encoding=encoding, step=step,
-                     data=bytes(step * height))
+        return Image(
+            header=conversions.header(stamp_ns, "bad-input"),
+            height=height,
+            width=width,
+            encoding=encoding,
+            step=step,
+            data=bytes(step * height),
+        )
 
-    audio = [(chunk(np.zeros(1764, np.int16), rate=44100), "sample_rate 44100 Hz"),
-             (chunk(np.full(640, np.nan, np.float32)), "NaN"),
-             (chunk(np.zeros(0, np.int16)), "empty chunk"),
-             (chunk(np.zeros(640, np.int16), stamp_ns=0), "stamp is zero")]
-    images = [(image(step=10), "step 10"),
-              (image(encoding="yuv9"), "unknown encoding 'yuv9'"),
-              (image(width=0, height=0, step=0), "zero size"),
-              (image(stamp_ns=now_ns + 60 * 10**9), "ahead of the node clock")]
+    audio = [
+        (chunk(np.zeros(1764, np.int16), rate=44100), "sample_rate 44100 Hz"),
+        (chunk(np.full(640, np.nan, np.float32)), "NaN"),
+        (chunk(np.zeros(0, np.int16)), "empty chunk"),
+        (chunk(np.zeros(640, np.int16), stamp_ns=0), "stamp is zero"),
+    ]
+    images = [
+        (image(step=10), "step 10"),
+        (image(encoding="yuv9"), "unknown encoding 'yuv9'"),
+        (image(width=0, height=0, step=0), "zero size"),
+        (image(stamp_ns=now_ns + 60 * 10**9), "ahead of the node clock"),
+    ]
     return audio, images
 
 
@@ -60,8 +71,9 @@ def publish_until_rejected(ros_node, fusion, namespace: str, timeout: float = 15
         if not missing:
             return
         if time.monotonic() > deadline:
-            raise AssertionError(f"not rejected with a reason: {missing}; fusion said:\n"
-                                 f"{fusion.output()[-3000:]}")
+            raise AssertionError(
+                f"not rejected with a reason: {missing}; fusion said:\n{fusion.output()[-3000:]}"
+            )
         for msg, _ in audio:
             audio_pub.publish(msg)
         for msg, _ in images:
@@ -70,38 +82,53 @@ def publish_until_rejected(ros_node, fusion, namespace: str, timeout: float = 15
 
 
 def test_speech_gives_a_transcript_and_an_association_with_the_frames_around_its_start(
-        ros_node, start_node):
+    ros_node, start_node
+):
     namespace = f"/t{uuid.uuid4().hex[:6]}"
-    fusion = start_node("omniflow.nodes.fusion", "fusion",
-                        {"vision.rate_hz": 10.0}, namespace=namespace)
+    fusion = start_node(
+        "omniflow.nodes.fusion", "fusion", {"vision.rate_hz": 10.0}, namespace=namespace
+    )
     status = TopicRecorder(ros_node, String, f"{namespace}/fusion/status", LATCHED)
     transcripts = TopicRecorder(ros_node, Transcript, f"{namespace}/transcript", EVENTS)
     associations = TopicRecorder(ros_node, Association, f"{namespace}/associations", EVENTS)
     scenes = TopicRecorder(ros_node, Scene, f"{namespace}/scene", EVENTS)
     audio = TopicRecorder(ros_node, AudioChunk, f"{namespace}/audio", SENSOR_DATA)
-    status.wait_until(lambda msgs: any(json.loads(m.data)["state"] == "active" for m in msgs),
-                      timeout=60, what="fusion active")
+    status.wait_until(
+        lambda msgs: any(json.loads(m.data)["state"] == "active" for m in msgs),
+        timeout=60,
+        what="fusion active",
+    )
 
     publish_until_rejected(ros_node, fusion, namespace)
 
-    start_node("omniflow.nodes.camera", "camera",
-               {"source": "video", "path": str(SCENE), "fps": 10.0}, namespace=namespace)
+    start_node(
+        "omniflow.nodes.camera",
+        "camera",
+        {"source": "video", "path": str(SCENE), "fps": 10.0},
+        namespace=namespace,
+    )
     wait_for_publishers(ros_node, f"{namespace}/image_raw", 2, timeout=15)  # ours + camera
-    microphone = start_node("omniflow.nodes.audio_capture", "audio_capture",
-                            {"source": "file", "file.path": str(HELLO), "autostart": False},
-                            namespace=namespace)
+    microphone = start_node(
+        "omniflow.nodes.audio_capture",
+        "audio_capture",
+        {"source": "file", "file.path": str(HELLO), "autostart": False},
+        namespace=namespace,
+    )
     assert change_state(ros_node, microphone, Transition.TRANSITION_CONFIGURE)
     wait_for_publishers(ros_node, topic(microphone, "audio"), 2, timeout=10)
     time.sleep(1.0)  # both subscriptions (ours, the fusion node's) match the publisher
     assert change_state(ros_node, microphone, Transition.TRANSITION_ACTIVATE)
 
     try:
-        finals = transcripts.wait_until(lambda msgs: any(m.is_final for m in msgs),
-                                        timeout=20, what="a final transcript")
+        finals = transcripts.wait_until(
+            lambda msgs: any(m.is_final for m in msgs), timeout=20, what="a final transcript"
+        )
     except TimeoutError as err:
-        raise AssertionError(f"{err}; fusion said:\n{fusion.output()[-3000:]}\n"
-                             f"status: {status.messages[-1].data}; test heard "
-                             f"{len(audio.messages)} audio chunks") from err
+        raise AssertionError(
+            f"{err}; fusion said:\n{fusion.output()[-3000:]}\n"
+            f"status: {status.messages[-1].data}; test heard "
+            f"{len(audio.messages)} audio chunks"
+        ) from err
     final = next(m for m in finals if m.is_final)
     chunks = [m for m in audio.messages if m.header.frame_id != "bad-input"]
     first_ns = min(ns_from_time(c.header.stamp) for c in chunks)
@@ -141,22 +168,28 @@ def test_partial_hypotheses_come_while_the_user_speaks(ros_node, start_node):
     # Alone, without the camera: on a 2-core machine a Whisper decode costs about 0.6 s, and
     # 10 encoded frames a second beside it leave too little of the 2.7 s utterance for one.
     namespace = f"/t{uuid.uuid4().hex[:6]}"
-    start_node("omniflow.nodes.fusion", "fusion", {"vision.enabled": False},
-               namespace=namespace)
+    start_node("omniflow.nodes.fusion", "fusion", {"vision.enabled": False}, namespace=namespace)
     status = TopicRecorder(ros_node, String, f"{namespace}/fusion/status", LATCHED)
     transcripts = TopicRecorder(ros_node, Transcript, f"{namespace}/transcript", EVENTS)
-    status.wait_until(lambda msgs: any(json.loads(m.data)["state"] == "active" for m in msgs),
-                      timeout=60, what="fusion active")
-    microphone = start_node("omniflow.nodes.audio_capture", "audio_capture",
-                            {"source": "file", "file.path": str(HELLO), "autostart": False},
-                            namespace=namespace)
+    status.wait_until(
+        lambda msgs: any(json.loads(m.data)["state"] == "active" for m in msgs),
+        timeout=60,
+        what="fusion active",
+    )
+    microphone = start_node(
+        "omniflow.nodes.audio_capture",
+        "audio_capture",
+        {"source": "file", "file.path": str(HELLO), "autostart": False},
+        namespace=namespace,
+    )
     assert change_state(ros_node, microphone, Transition.TRANSITION_CONFIGURE)
     wait_for_publishers(ros_node, topic(microphone, "audio"), 1, timeout=10)
     time.sleep(1.0)  # the fusion node's subscription matches the publisher
     assert change_state(ros_node, microphone, Transition.TRANSITION_ACTIVATE)
 
-    heard = transcripts.wait_until(lambda msgs: any(m.is_final for m in msgs), timeout=20,
-                                   what="a final transcript")
+    heard = transcripts.wait_until(
+        lambda msgs: any(m.is_final for m in msgs), timeout=20, what="a final transcript"
+    )
     final = next(m for m in heard if m.is_final)
     partials = [m for m in heard if not m.is_final and m.utterance_id == final.utterance_id]
     assert partials, "no partial hypothesis while speaking"
@@ -171,13 +204,16 @@ def test_unknown_vad_engine_is_refused_at_start_up_naming_the_allowed_values(sta
 def test_vision_rate_is_live_while_other_parameters_need_a_restart(ros_node, start_node):
     process = start_node("omniflow.nodes.fusion", "fusion", {"vision.enabled": False})
     status = TopicRecorder(ros_node, String, topic(process, "fusion/status"), LATCHED)
-    status.wait_until(lambda msgs: any(json.loads(m.data)["state"] == "active" for m in msgs),
-                      timeout=60, what="fusion active")
-    result, = set_parameters(ros_node, process, **{"vision.rate_hz": 12.0})
+    status.wait_until(
+        lambda msgs: any(json.loads(m.data)["state"] == "active" for m in msgs),
+        timeout=60,
+        what="fusion active",
+    )
+    (result,) = set_parameters(ros_node, process, **{"vision.rate_hz": 12.0})
     assert result.successful, result.reason
     assert get_parameter(ros_node, process, "vision.rate_hz") == 12.0
-    result, = set_parameters(ros_node, process, **{"vision.rate_hz": 100.0})
+    (result,) = set_parameters(ros_node, process, **{"vision.rate_hz": 100.0})
     assert not result.successful and "vision.rate_hz" in result.reason
-    result, = set_parameters(ros_node, process, **{"echo.suppress_score": 0.5})
+    (result,) = set_parameters(ros_node, process, **{"echo.suppress_score": 0.5})
     assert not result.successful
     assert get_parameter(ros_node, process, "echo.suppress_score") == 0.7

@@ -17,30 +17,37 @@ from omniflow.ros.conversions import header, ns_from_time
 from omniflow.ros.monitor import TopicRecorder, wait_for_publishers
 from omniflow.ros.qos import EVENTS, LATCHED
 
-ROBOT_TEXT = ("The red box on the table is a parcel for the kitchen. I can carry it there "
-              "after I finish charging, or you can take it yourself right now.")
+ROBOT_TEXT = (
+    "The red box on the table is a parcel for the kitchen. I can carry it there "
+    "after I finish charging, or you can take it yourself right now."
+)
 
 
 def start_graph(ros_node, start_node):
     namespace = f"/t{uuid.uuid4().hex[:6]}"
-    fusion = start_node("omniflow.nodes.fusion", "fusion", {"vision.enabled": False},
-                        namespace=namespace)
-    speech = start_node("omniflow.nodes.speech", "speech", {"sink": "null"},
-                        namespace=namespace)
+    fusion = start_node(
+        "omniflow.nodes.fusion", "fusion", {"vision.enabled": False}, namespace=namespace
+    )
+    speech = start_node("omniflow.nodes.speech", "speech", {"sink": "null"}, namespace=namespace)
     status = TopicRecorder(ros_node, String, f"{namespace}/fusion/status", LATCHED)
     activity = TopicRecorder(ros_node, VoiceActivity, f"{namespace}/voice_activity", EVENTS)
     transcripts = TopicRecorder(ros_node, Transcript, f"{namespace}/transcript", EVENTS)
     states = TopicRecorder(ros_node, SpeechState, f"{namespace}/speech_state", LATCHED)
     response = ros_node.create_publisher(ResponseChunk, f"{namespace}/response", EVENTS)
     room = Room(ros_node, namespace)
-    status.wait_until(lambda msgs: any(json.loads(m.data)["state"] == "active" for m in msgs),
-                      timeout=60, what="fusion active")
+    status.wait_until(
+        lambda msgs: any(json.loads(m.data)["state"] == "active" for m in msgs),
+        timeout=60,
+        what="fusion active",
+    )
     wait_for_publishers(ros_node, f"{namespace}/played_audio", 1, timeout=30)
     states.wait_for(1, timeout=30)
     deadline = time.monotonic() + 30
-    while response.get_subscription_count() < 1 or \
-            ros_node.count_subscribers(f"{namespace}/audio") < 1 or \
-            ros_node.count_subscribers(f"{namespace}/played_audio") < 2:
+    while (
+        response.get_subscription_count() < 1
+        or ros_node.count_subscribers(f"{namespace}/audio") < 1
+        or ros_node.count_subscribers(f"{namespace}/played_audio") < 2
+    ):
         assert time.monotonic() < deadline, "the speech and fusion nodes never subscribed"
         time.sleep(0.05)
     time.sleep(1.0)  # discovery settles both ways
@@ -50,18 +57,29 @@ def start_graph(ros_node, start_node):
 
 
 def say(response, text: str, turn_id: int = 1) -> None:
-    response.publish(ResponseChunk(header=header(time.time_ns(), ""), turn_id=turn_id, index=0,
-                                   text_delta=text, is_final=True))
+    response.publish(
+        ResponseChunk(
+            header=header(time.time_ns(), ""),
+            turn_id=turn_id,
+            index=0,
+            text_delta=text,
+            is_final=True,
+        )
+    )
 
 
 def wait_spoken(states, timeout: float = 40.0) -> None:
-    states.wait_until(lambda s: any(m.speaking for m in s) and not s[-1].speaking, timeout,
-                      "the robot spoke and finished")
+    states.wait_until(
+        lambda s: any(m.speaking for m in s) and not s[-1].speaking,
+        timeout,
+        "the robot spoke and finished",
+    )
 
 
 def test_the_robot_talking_alone_starts_no_speech_and_no_transcript(ros_node, start_node):
-    fusion, speech, status, activity, transcripts, states, response, room = \
-        start_graph(ros_node, start_node)
+    fusion, speech, status, activity, transcripts, states, response, room = start_graph(
+        ros_node, start_node
+    )
     try:
         say(response, ROBOT_TEXT)
         wait_spoken(states)
@@ -74,38 +92,52 @@ def test_the_robot_talking_alone_starts_no_speech_and_no_transcript(ros_node, st
     assert summary["echo_chunks"] > 20, summary
     # Without the echo stage the robot's voice would have started speech: counted.
     assert summary["echo_suppressed_starts"] >= 1, summary
-    assert starts == [], (f"the robot's voice started speech: {starts}; status {summary}; "
-                          f"fusion said:\n{fusion.output()[-2000:]}")
+    assert starts == [], (
+        f"the robot's voice started speech: {starts}; status {summary}; "
+        f"fusion said:\n{fusion.output()[-2000:]}"
+    )
     assert transcripts.messages == []
 
 
 def test_the_user_talking_over_the_robot_starts_speech(ros_node, start_node):
-    fusion, speech, status, activity, transcripts, states, response, room = \
-        start_graph(ros_node, start_node)
+    fusion, speech, status, activity, transcripts, states, response, room = start_graph(
+        ros_node, start_node
+    )
     try:
         say(response, ROBOT_TEXT)
         states.wait_until(lambda s: any(m.speaking for m in s), 20, "the robot speaking")
         time.sleep(1.0)
         user_at = ros_node.get_clock().now().nanoseconds
-        room.user_speaks(user_at)      # hello.wav: voice from 0.5 s in
+        room.user_speaks(user_at)  # hello.wav: voice from 0.5 s in
         try:
             starts = activity.wait_until(
-                lambda msgs: any(user_start(m, user_at) for m in msgs), 20,
-                "a START after the user began, while the robot speaks")
+                lambda msgs: any(user_start(m, user_at) for m in msgs),
+                20,
+                "a START after the user began, while the robot speaks",
+            )
         except TimeoutError as err:
-            raise AssertionError(f"{err}; status {status.messages[-1].data}; fusion said:\n"
-                                 f"{fusion.output()[-2000:]}") from err
+            raise AssertionError(
+                f"{err}; status {status.messages[-1].data}; fusion said:\n{fusion.output()[-2000:]}"
+            ) from err
         start = next(m for m in starts if user_start(m, user_at))
         offset_s = (ns_from_time(start.header.stamp) - user_at) / 1e9
         assert 0.2 <= offset_s <= 1.5, offset_s
         assert start.speech_s > 0 and not np.isnan(start.echo_score)
         utterance = start.utterance_id
-        activity.wait_until(lambda msgs: any(m.event == VoiceActivity.ONGOING and
-                                             m.utterance_id == utterance for m in msgs),
-                            10, "ONGOING while the user speaks")
-        activity.wait_until(lambda msgs: any(m.event == VoiceActivity.END and
-                                             m.utterance_id == utterance for m in msgs),
-                            20, "END after the user stops")
+        activity.wait_until(
+            lambda msgs: any(
+                m.event == VoiceActivity.ONGOING and m.utterance_id == utterance for m in msgs
+            ),
+            10,
+            "ONGOING while the user speaks",
+        )
+        activity.wait_until(
+            lambda msgs: any(
+                m.event == VoiceActivity.END and m.utterance_id == utterance for m in msgs
+            ),
+            20,
+            "END after the user stops",
+        )
     finally:
         room.stop()
     events = [m for m in activity.messages if m.utterance_id == utterance]

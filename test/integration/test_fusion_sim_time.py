@@ -57,22 +57,28 @@ def write_bag(path: Path) -> float:
     assert rate == 16_000
     quiet = np.random.default_rng(0).normal(0, 30, rate).astype(np.int16)
     audio = np.concatenate([speech, quiet])
-    audio = audio[:len(audio) // CHUNK * CHUNK]
+    audio = audio[: len(audio) // CHUNK * CHUNK]
     typestore = get_typestore(Stores.ROS2_JAZZY)
-    typestore.register(get_types_from_msg(
-        (REPO / "msg" / "AudioChunk.msg").read_text(encoding="utf-8"),
-        "omniflow/msg/AudioChunk"))
+    typestore.register(
+        get_types_from_msg(
+            (REPO / "msg" / "AudioChunk.msg").read_text(encoding="utf-8"), "omniflow/msg/AudioChunk"
+        )
+    )
     capture = cv2.VideoCapture(str(SAMPLES / "scene.avi"))
     with Writer(path, version=9, storage_plugin=StoragePlugin.MCAP) as writer:
-        audio_conn = writer.add_connection("/audio", "omniflow/msg/AudioChunk",
-                                           typestore=typestore)
-        image_conn = writer.add_connection("/image_raw", "sensor_msgs/msg/Image",
-                                           typestore=typestore)
+        audio_conn = writer.add_connection("/audio", "omniflow/msg/AudioChunk", typestore=typestore)
+        image_conn = writer.add_connection(
+            "/image_raw", "sensor_msgs/msg/Image", typestore=typestore
+        )
         for seq, i in enumerate(range(0, len(audio), CHUNK)):
             stamp = SIM_ORIGIN_NS + i * _S // rate
-            msg = conversions.audio_chunk(audio[i:i + CHUNK], stamp_ns=stamp,
-                                          frame_id="microphone", sample_rate=rate,
-                                          sequence=seq)
+            msg = conversions.audio_chunk(
+                audio[i : i + CHUNK],
+                stamp_ns=stamp,
+                frame_id="microphone",
+                sample_rate=rate,
+                sequence=seq,
+            )
             writer.write(audio_conn, stamp, serialize_message(msg))
         length_ns = len(audio) * _S // rate
         for stamp in range(SIM_ORIGIN_NS, SIM_ORIGIN_NS + length_ns, FRAME_PERIOD_NS):
@@ -92,15 +98,19 @@ def read_bag(path: Path) -> list[tuple[int, str, object]]:
     types = {"/audio": AudioChunk, "/image_raw": Image}
     with Reader(path) as reader:
         assert {c.topic for c in reader.connections} == set(types)
-        return [(stamp, conn.topic, deserialize_message(bytes(raw), types[conn.topic]))
-                for conn, stamp, raw in reader.messages()]
+        return [
+            (stamp, conn.topic, deserialize_message(bytes(raw), types[conn.topic]))
+            for conn, stamp, raw in reader.messages()
+        ]
 
 
 def play(node, namespace: str, messages: list[tuple[int, str, object]], loops: int) -> None:
     """Publish the bag ``loops`` times at real speed, /clock leading every message."""
     clock = node.create_publisher(Clock, f"{namespace}/clock", 10)
-    pubs = {topic: node.create_publisher(msg_type, f"{namespace}{topic}", SENSOR_DATA)
-            for topic, msg_type in (("/audio", AudioChunk), ("/image_raw", Image))}
+    pubs = {
+        topic: node.create_publisher(msg_type, f"{namespace}{topic}", SENSOR_DATA)
+        for topic, msg_type in (("/audio", AudioChunk), ("/image_raw", Image))
+    }
     for _ in range(loops):
         t0 = time.monotonic()
         for stamp, topic, msg in messages:
@@ -118,8 +128,9 @@ def tick(clock, from_ns: int, seconds: float) -> None:
         time.sleep(0.05)
 
 
-def wait_ticking(recorder: TopicRecorder, predicate, clock, from_ns: int, what: str,
-                 timeout: float = 30.0) -> tuple[list, int]:
+def wait_ticking(
+    recorder: TopicRecorder, predicate, clock, from_ns: int, what: str, timeout: float = 30.0
+) -> tuple[list, int]:
     """Wait for ``predicate(messages)`` while the sim clock keeps moving after the bag's
     end (as a player with a trailing clock does: the node's slices run on sim time).
     Returns the messages and the sim time reached."""
@@ -127,8 +138,9 @@ def wait_ticking(recorder: TopicRecorder, predicate, clock, from_ns: int, what: 
     sim_ns = from_ns
     while not predicate(recorder.messages):
         if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} did not happen within {timeout} s "
-                               f"({len(recorder.messages)} messages)")
+            raise TimeoutError(
+                f"{what} did not happen within {timeout} s ({len(recorder.messages)} messages)"
+            )
         tick(clock, sim_ns, 0.5)
         sim_ns += 500 * _MS
     return recorder.messages, sim_ns
@@ -152,10 +164,13 @@ def test_fusion_runs_in_sim_time_from_a_bag_and_survives_the_loop(ros_node, tmp_
     assert len(messages) > 100
 
     namespace = f"/t{uuid.uuid4().hex[:6]}"
-    spec = NodeSpec(module="omniflow.nodes.fusion", name="fusion", namespace=namespace,
-                    parameters={"use_sim_time": True, "vision.rate_hz": 10.0},
-                    remappings={"/clock": f"{namespace}/clock",
-                                "/diagnostics": f"{namespace}/diagnostics"})
+    spec = NodeSpec(
+        module="omniflow.nodes.fusion",
+        name="fusion",
+        namespace=namespace,
+        parameters={"use_sim_time": True, "vision.rate_hz": 10.0},
+        remappings={"/clock": f"{namespace}/clock", "/diagnostics": f"{namespace}/diagnostics"},
+    )
     transcripts = TopicRecorder(ros_node, Transcript, f"{namespace}/transcript", EVENTS)
     associations = TopicRecorder(ros_node, Association, f"{namespace}/associations", EVENTS)
     diagnostics = TopicRecorder(ros_node, DiagnosticArray, f"{namespace}/diagnostics", 10)
@@ -164,9 +179,11 @@ def test_fusion_runs_in_sim_time_from_a_bag_and_survives_the_loop(ros_node, tmp_
         try:
             # The node's subscriptions exist once it is constructed; models load after.
             deadline = time.monotonic() + 90
-            while ros_node.count_subscribers(f"{namespace}/audio") < 1 or \
-                    ros_node.count_subscribers(f"{namespace}/clock") < 1 or \
-                    "configured:" not in fusion.output():
+            while (
+                ros_node.count_subscribers(f"{namespace}/audio") < 1
+                or ros_node.count_subscribers(f"{namespace}/clock") < 1
+                or "configured:" not in fusion.output()
+            ):
                 assert fusion.running, fusion.output()[-3000:]
                 assert time.monotonic() < deadline, "fusion did not start within 90 s"
                 clock.publish(Clock(clock=conversions.time_from_ns(SIM_ORIGIN_NS)))
@@ -175,12 +192,22 @@ def test_fusion_runs_in_sim_time_from_a_bag_and_survives_the_loop(ros_node, tmp_
 
             play(ros_node, namespace, messages, loops=1)
             end_ns = messages[-1][0] + 40 * _MS
-            first, _ = wait_ticking(transcripts, lambda ms: any(m.is_final for m in ms), clock,
-                                 end_ns, "a final transcript of the first pass")
+            first, _ = wait_ticking(
+                transcripts,
+                lambda ms: any(m.is_final for m in ms),
+                clock,
+                end_ns,
+                "a final transcript of the first pass",
+            )
             final = next(m for m in first if m.is_final)
             assert final.text.strip()
-            for stamp in (final.start, final.end, final.header.stamp,
-                          *(w.start for w in final.words), *(w.end for w in final.words)):
+            for stamp in (
+                final.start,
+                final.end,
+                final.header.stamp,
+                *(w.start for w in final.words),
+                *(w.end for w in final.words),
+            ):
                 assert in_sim_time(ns_from_time(stamp), loop_s), stamp
             record = associations.wait_for(1, timeout=15)[0]
             assert ns_from_time(record.trigger.stamp) == ns_from_time(final.start)
@@ -192,12 +219,20 @@ def test_fusion_runs_in_sim_time_from_a_bag_and_survives_the_loop(ros_node, tmp_
             play(ros_node, namespace, messages, loops=1)  # the bag again: the clock jumps back
 
             def second_pass(msg: Transcript) -> bool:  # the speech again, from the origin
-                return msg.is_final and msg.utterance_id > final.utterance_id and \
-                    msg.text.strip() and ns_from_time(msg.start) - SIM_ORIGIN_NS < 2 * _S
+                return (
+                    msg.is_final
+                    and msg.utterance_id > final.utterance_id
+                    and msg.text.strip()
+                    and ns_from_time(msg.start) - SIM_ORIGIN_NS < 2 * _S
+                )
 
             later, sim_ns = wait_ticking(
-                transcripts, lambda ms: any(second_pass(m) for m in ms), clock, end_ns,
-                "a final transcript after the loop")
+                transcripts,
+                lambda ms: any(second_pass(m) for m in ms),
+                clock,
+                end_ns,
+                "a final transcript after the loop",
+            )
             second = next(m for m in later if second_pass(m))
             assert in_sim_time(ns_from_time(second.start), loop_s)
             assert in_sim_time(ns_from_time(second.header.stamp), loop_s)
@@ -206,8 +241,9 @@ def test_fusion_runs_in_sim_time_from_a_bag_and_survives_the_loop(ros_node, tmp_
             reports: list[dict[str, str]] = []
             for _ in range(10):
                 reports = [diagnostics_values(m, "/fusion") for m in diagnostics.messages]
-                values = next((v for v in reversed(reports)
-                               if int(v.get("ring.resets", 0)) >= 1), {})
+                values = next(
+                    (v for v in reversed(reports) if int(v.get("ring.resets", 0)) >= 1), {}
+                )
                 if values:
                     break
                 tick(clock, sim_ns, 2.0)
@@ -218,9 +254,17 @@ def test_fusion_runs_in_sim_time_from_a_bag_and_survives_the_loop(ros_node, tmp_
             assert int(values["engine_errors"]) == 0
             assert fusion.running
         except (AssertionError, TimeoutError) as err:
-            heard = [(m.utterance_id, ns_from_time(m.start) - SIM_ORIGIN_NS,
-                      ns_from_time(m.end) - SIM_ORIGIN_NS, m.is_final, m.text)
-                     for m in transcripts.messages]
-            raise AssertionError(f"{err}\ntranscripts (id, start, end from the origin, final, "
-                                 f"text): {heard}\nfusion said:\n{fusion.output()[-4000:]}"
-                                 ) from err
+            heard = [
+                (
+                    m.utterance_id,
+                    ns_from_time(m.start) - SIM_ORIGIN_NS,
+                    ns_from_time(m.end) - SIM_ORIGIN_NS,
+                    m.is_final,
+                    m.text,
+                )
+                for m in transcripts.messages
+            ]
+            raise AssertionError(
+                f"{err}\ntranscripts (id, start, end from the origin, final, "
+                f"text): {heard}\nfusion said:\n{fusion.output()[-4000:]}"
+            ) from err

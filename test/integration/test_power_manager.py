@@ -37,9 +37,16 @@ PI5_TREE = Path(__file__).parents[1] / "data" / "sysfs" / "pi5"
 TIMEOUT_S = 60.0
 
 # Short timeouts so a test sees LISTEN -> IDLE -> SLEEP in seconds; no targets by default.
-FAST = {"policy.active_hold_s": 1.0, "policy.idle_after_s": 3.0, "policy.sleep_after_s": 3600.0,
-        "policy.min_dwell_s": 0.5, "period_s": 0.5, "targets.camera": "",
-        "targets.vision": "", "targets.llm": ""}
+FAST = {
+    "policy.active_hold_s": 1.0,
+    "policy.idle_after_s": 3.0,
+    "policy.sleep_after_s": 3600.0,
+    "policy.min_dwell_s": 0.5,
+    "period_s": 0.5,
+    "targets.camera": "",
+    "targets.vision": "",
+    "targets.llm": "",
+}
 
 
 def wait_parameter(node, process, name: str, value: object, timeout: float = TIMEOUT_S):
@@ -51,8 +58,9 @@ def wait_parameter(node, process, name: str, value: object, timeout: float = TIM
         if current == value:
             return
         time.sleep(0.2)
-    raise TimeoutError(f"{process.spec.name}.{name} is {current!r}, not {value!r}, "
-                       f"after {timeout} s")
+    raise TimeoutError(
+        f"{process.spec.name}.{name} is {current!r}, not {value!r}, after {timeout} s"
+    )
 
 
 def wait_state(node, process, state: int, timeout: float = TIMEOUT_S) -> None:
@@ -67,8 +75,9 @@ def wait_state(node, process, state: int, timeout: float = TIMEOUT_S) -> None:
 
 
 def wait_mode(recorder: TopicRecorder, mode: int, what: str) -> PowerState:
-    messages = recorder.wait_until(lambda msgs: bool(msgs) and msgs[-1].mode == mode,
-                                   TIMEOUT_S, what)
+    messages = recorder.wait_until(
+        lambda msgs: bool(msgs) and msgs[-1].mode == mode, TIMEOUT_S, what
+    )
     return messages[-1]
 
 
@@ -77,6 +86,7 @@ def dialogue_publisher(node, namespace: str):
 
     def publish(state: int) -> None:
         publisher.publish(DialogueState(state=state, reason="test"))
+
     return publish
 
 
@@ -90,10 +100,10 @@ def namespace() -> str:
 
 
 def test_camera_rate_follows_the_conversation(ros_node, start_node, namespace):
-    camera = start_node(CAMERA_MODULE, "camera", {"source": "video", "path": str(SCENE),
-                                                  "fps": 20.0}, namespace)
-    manager = start_node(MODULE, "power_manager", {**FAST, "targets.camera": "camera"},
-                         namespace)
+    camera = start_node(
+        CAMERA_MODULE, "camera", {"source": "video", "path": str(SCENE), "fps": 20.0}, namespace
+    )
+    manager = start_node(MODULE, "power_manager", {**FAST, "targets.camera": "camera"}, namespace)
     states = power_recorder(ros_node, namespace)
     publish = dialogue_publisher(ros_node, namespace)
     wait_for_publishers(ros_node, topic(manager, "power_state"), 1, timeout=30)
@@ -131,11 +141,21 @@ def test_over_temperature_throttles_and_recovers(ros_node, start_node, namespace
     shutil.copytree(PI5_TREE, root)
     temp = root / "sys/class/thermal/thermal_zone0/temp"
     cpufreq = root / "sys/devices/system/cpu/cpu2/cpufreq"
-    camera = start_node(CAMERA_MODULE, "camera", {"source": "video", "path": str(SCENE),
-                                                  "fps": 20.0}, namespace)
-    manager = start_node(MODULE, "power_manager", {
-        **FAST, "policy.idle_after_s": 3600.0, "sysfs_root": str(root),
-        "budget.temperature_c": 80.0, "targets.camera": "camera"}, namespace)
+    camera = start_node(
+        CAMERA_MODULE, "camera", {"source": "video", "path": str(SCENE), "fps": 20.0}, namespace
+    )
+    manager = start_node(
+        MODULE,
+        "power_manager",
+        {
+            **FAST,
+            "policy.idle_after_s": 3600.0,
+            "sysfs_root": str(root),
+            "budget.temperature_c": 80.0,
+            "targets.camera": "camera",
+        },
+        namespace,
+    )
     states = power_recorder(ros_node, namespace)
     diagnostics = TopicRecorder(ros_node, DiagnosticArray, "/diagnostics", 10)
 
@@ -156,11 +176,19 @@ def test_over_temperature_throttles_and_recovers(ros_node, start_node, namespace
     name = f"omniflow: {namespace}/power_manager"
 
     def hot_status(arrays):
-        return any(s.name == name and s.message.startswith("THERMAL_LIMIT")
-                   for array in arrays for s in array.status)
+        return any(
+            s.name == name and s.message.startswith("THERMAL_LIMIT")
+            for array in arrays
+            for s in array.status
+        )
+
     arrays = diagnostics.wait_until(hot_status, TIMEOUT_S, "a THERMAL_LIMIT diagnostic")
-    status = next(s for array in reversed(arrays) for s in array.status
-                  if s.name == name and s.message.startswith("THERMAL_LIMIT"))
+    status = next(
+        s
+        for array in reversed(arrays)
+        for s in array.status
+        if s.name == name and s.message.startswith("THERMAL_LIMIT")
+    )
     values = {kv.key: kv.value for kv in status.values}
     assert status.level == b"\x01"  # WARN
     assert values["temperature_c"] == "85.0" and values["cpu_freq_mhz"] == "1500"
@@ -196,8 +224,9 @@ def mute_node(namespace):
     until the test ends), on its own context and executor."""
     context = rclpy.Context()
     rclpy.init(context=context)
-    node = rclpy.create_node("mute", namespace=namespace, context=context,
-                             start_parameter_services=False)
+    node = rclpy.create_node(
+        "mute", namespace=namespace, context=context, start_parameter_services=False
+    )
     release = threading.Event()
     calls = []
 
@@ -205,6 +234,7 @@ def mute_node(namespace):
         calls.append(request)
         release.wait(30.0)
         return response
+
     node.create_service(SetParameters, "mute/set_parameters", never)
     with spinning(node):
         yield calls
@@ -213,11 +243,20 @@ def mute_node(namespace):
     rclpy.shutdown(context=context)
 
 
-def test_targets_that_do_not_answer_are_logged_and_retried(ros_node, start_node, namespace,
-                                                           mute_node):
-    manager = start_node(MODULE, "power_manager", {
-        **FAST, "targets.camera": "nobody_runs_this", "targets.vision": "mute",
-        "targets.timeout_s": 1.0}, namespace)
+def test_targets_that_do_not_answer_are_logged_and_retried(
+    ros_node, start_node, namespace, mute_node
+):
+    manager = start_node(
+        MODULE,
+        "power_manager",
+        {
+            **FAST,
+            "targets.camera": "nobody_runs_this",
+            "targets.vision": "mute",
+            "targets.timeout_s": 1.0,
+        },
+        namespace,
+    )
     states = power_recorder(ros_node, namespace)
     states.wait_for(1, timeout=30)
     deadline = time.monotonic() + TIMEOUT_S
@@ -240,9 +279,18 @@ def test_targets_that_do_not_answer_are_logged_and_retried(ros_node, start_node,
 
 def test_llm_lifecycle_follows_the_conversation(ros_node, start_node, namespace):
     llm = start_node(LLM_NODE_MODULE, "dialogue", LLM_NODE_PARAMS, namespace)
-    manager = start_node(MODULE, "power_manager", {
-        **FAST, "policy.idle_after_s": 1.0, "policy.sleep_after_s": 3.0,
-        "targets.llm": "dialogue", "llm.threads": LLM_THREADS}, namespace)
+    manager = start_node(
+        MODULE,
+        "power_manager",
+        {
+            **FAST,
+            "policy.idle_after_s": 1.0,
+            "policy.sleep_after_s": 3.0,
+            "targets.llm": "dialogue",
+            "llm.threads": LLM_THREADS,
+        },
+        namespace,
+    )
     states = power_recorder(ros_node, namespace)
     publish = dialogue_publisher(ros_node, namespace)
     wait_state(ros_node, llm, State.PRIMARY_STATE_ACTIVE)
@@ -264,24 +312,28 @@ def test_inconsistent_parameters_are_refused_at_start_up_and_at_run_time(ros_nod
     assert "model.max_w (2.0 W) is below model.idle_w (3.0 W)" in bad.output()
 
     manager = start_node(MODULE, "power_manager", FAST)
-    result, = set_parameters(ros_node, manager, **{"policy.sleep_after_s": 1.0})
+    (result,) = set_parameters(ros_node, manager, **{"policy.sleep_after_s": 1.0})
     assert not result.successful and "SLEEP comes after IDLE" in result.reason
-    unknown_mode, = set_parameters(ros_node, manager, **{"cpu.control": "turbo"})
+    (unknown_mode,) = set_parameters(ros_node, manager, **{"cpu.control": "turbo"})
     assert not unknown_mode.successful and "auto, advise, off" in unknown_mode.reason
-    good, = set_parameters(ros_node, manager, **{"camera.fps_idle": 5.0})
+    (good,) = set_parameters(ros_node, manager, **{"camera.fps_idle": 5.0})
     assert good.successful
     assert get_parameter(ros_node, manager, "camera.fps_idle") == 5.0
 
 
-def test_a_lifecycle_manager_drives_it_and_deactivate_lifts_the_cap(ros_node, start_node,
-                                                                    namespace, tmp_path):
+def test_a_lifecycle_manager_drives_it_and_deactivate_lifts_the_cap(
+    ros_node, start_node, namespace, tmp_path
+):
     root = tmp_path / "pi5"
     shutil.copytree(PI5_TREE, root)
     (root / "sys/class/thermal/thermal_zone0/temp").write_text("90000\n")
     cap = root / "sys/devices/system/cpu/cpu2/cpufreq/scaling_max_freq"
-    manager = start_node(MODULE, "power_manager", {
-        **FAST, "autostart": False, "sysfs_root": str(root), "budget.temperature_c": 80.0},
-        namespace)
+    manager = start_node(
+        MODULE,
+        "power_manager",
+        {**FAST, "autostart": False, "sysfs_root": str(root), "budget.temperature_c": 80.0},
+        namespace,
+    )
     states = power_recorder(ros_node, namespace)
     status = TopicRecorder(ros_node, String, f"{namespace}/power_manager/status", LATCHED)
     wait_state(ros_node, manager, State.PRIMARY_STATE_UNCONFIGURED)
@@ -293,7 +345,9 @@ def test_a_lifecycle_manager_drives_it_and_deactivate_lifts_the_cap(ros_node, st
     wait_mode(states, PowerState.THERMAL_LIMIT, "THERMAL_LIMIT at 90 °C")
     reports = status.wait_until(
         lambda msgs: any(json.loads(m.data).get("mode") == "THERMAL_LIMIT" for m in msgs),
-        TIMEOUT_S, "a status with the mode")
+        TIMEOUT_S,
+        "a status with the mode",
+    )
     assert json.loads(reports[-1].data)["state"] == "active"
     deadline = time.monotonic() + TIMEOUT_S
     while cap.read_text().strip() != "1440000":

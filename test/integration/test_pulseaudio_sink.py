@@ -185,8 +185,10 @@ def test_tone_is_heard_with_dac_stamps_one_block_apart(
     heard_for = heard[-1] - heard[0]
     log.info(
         "DAC time %.1f ms after the callback (reported output latency %.1f ms); tone heard "
-        "on the monitor %.1f ms after its DAC stamp", float(np.median(ahead)) * 1e3,
-        sink.output_latency * 1e3, onset * 1e3,
+        "on the monitor %.1f ms after its DAC stamp",
+        float(np.median(ahead)) * 1e3,
+        sink.output_latency * 1e3,
+        onset * 1e3,
     )
     assert abs(onset) < 0.1, f"tone heard {onset * 1e3:.1f} ms after its DAC stamp"
     assert heard_for == pytest.approx(1.0, abs=0.02)
@@ -216,8 +218,11 @@ def test_flush_silences_the_tone_within_a_block_plus_pulse_latency(
     last_heard = heard[-1] - flushed_at
     log.info(
         "after flush(): last block handed out %.1f ms, its DAC end %.1f ms, playing False "
-        "%.1f ms, tone last heard %.1f ms", last_call * 1e3, last_dac_end * 1e3,
-        (silent_at - flushed_at) * 1e3, last_heard * 1e3,
+        "%.1f ms, tone last heard %.1f ms",
+        last_call * 1e3,
+        last_dac_end * 1e3,
+        (silent_at - flushed_at) * 1e3,
+        last_heard * 1e3,
     )
 
     assert dropped > 0

@@ -103,8 +103,9 @@ def test_audio_capture_node_publishes_device_audio_stamped_at_capture(
     from omniflow.ros.qos import SENSOR_DATA
     from ros_helpers import topic
 
-    process = start_node("omniflow.nodes.audio_capture", "audio_capture",
-                         {"source": "device", "device": "pulse"})
+    process = start_node(
+        "omniflow.nodes.audio_capture", "audio_capture", {"source": "device", "device": "pulse"}
+    )
     recorder = TopicRecorder(ros_node, AudioChunk, topic(process, "audio"), SENSOR_DATA)
     recorder.wait_for(40, timeout=20 + FIRST_BLOCK_TIMEOUT_S)
     received = recorder.received[5:]  # past PulseAudio's start-up latency changes

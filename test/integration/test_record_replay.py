@@ -20,8 +20,12 @@ TIMEOUT_S = 120
 
 
 def omniflow(*args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "omniflow.cli", *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "omniflow.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def wait_for_line(process: subprocess.Popen, text: str, timeout: float = TIMEOUT_S) -> str:
@@ -40,13 +44,24 @@ def wait_for_line(process: subprocess.Popen, text: str, timeout: float = TIMEOUT
 def test_ctrl_c_while_messages_flow_leaves_a_complete_bag(tmp_path):
     namespace = f"/t{uuid.uuid4().hex[:6]}"
     out = tmp_path / "rec"
-    recorder = omniflow("record", "--namespace", namespace, "-o", str(out),
-                        "--topics", "audio", "image_raw")
+    recorder = omniflow(
+        "record", "--namespace", namespace, "-o", str(out), "--topics", "audio", "image_raw"
+    )
     player = None
     try:
         wait_for_line(recorder, "recording into")
-        player = omniflow("replay", str(sample("session.mcap")), "--namespace", namespace,
-                          "--wait", "60", "--loop", "--topics", "audio", "image_raw")
+        player = omniflow(
+            "replay",
+            str(sample("session.mcap")),
+            "--namespace",
+            namespace,
+            "--wait",
+            "60",
+            "--loop",
+            "--topics",
+            "audio",
+            "image_raw",
+        )
         wait_for_line(player, "waiting up to")
         time.sleep(8.0)  # mid-stream: frames and audio arriving
         recorder.send_signal(signal.SIGINT)
@@ -72,13 +87,29 @@ def test_replay_with_clock_recorded_and_stopped_with_ctrl_c(tmp_path, ros_node):
     namespace = f"/t{uuid.uuid4().hex[:6]}"
     clock = TopicRecorder(ros_node, Clock, "/clock", 10)
     out = tmp_path / "rec"
-    recorder = omniflow("record", "--namespace", namespace, "-o", str(out),
-                        "--topics", "audio", "image_raw", "played_audio")
+    recorder = omniflow(
+        "record",
+        "--namespace",
+        namespace,
+        "-o",
+        str(out),
+        "--topics",
+        "audio",
+        "image_raw",
+        "played_audio",
+    )
     player = None
     try:
         wait_for_line(recorder, "recording into")
-        player = omniflow("replay", str(sample("session.mcap")), "--clock",
-                          "--namespace", namespace, "--wait", "60")
+        player = omniflow(
+            "replay",
+            str(sample("session.mcap")),
+            "--clock",
+            "--namespace",
+            namespace,
+            "--wait",
+            "60",
+        )
         assert player.wait(TIMEOUT_S) == 0, player.stdout.read()
         time.sleep(1.0)  # the last messages in flight
         recorder.send_signal(signal.SIGINT)
@@ -98,8 +129,9 @@ def test_replay_with_clock_recorded_and_stopped_with_ctrl_c(tmp_path, ros_node):
     assert counts["image_raw"] >= 0.9 * original.topics["image_raw"].count
     # The messages are the bag's (header stamps from the session), received in real time.
     recorded = [(m.timestamp_ns, decode(m.raw, m.msgtype)) for m in reader.messages(["audio"])]
-    session_stamps = {stamp_ns(decode(m.raw, m.msgtype).header.stamp)
-                      for m in original.messages(["audio"])}
+    session_stamps = {
+        stamp_ns(decode(m.raw, m.msgtype).header.stamp) for m in original.messages(["audio"])
+    }
     assert {stamp_ns(msg.header.stamp) for _, msg in recorded} <= session_stamps
     span_s = (recorded[-1][0] - recorded[0][0]) / 1e9
     assert 9.0 < span_s < 20.0, span_s  # 12 s of bag at rate 1 (a loaded machine may lag)

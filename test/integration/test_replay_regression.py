@@ -10,9 +10,14 @@ from omniflow import demo, regression
 
 
 def test_replaying_the_sample_session_matches_the_golden_file(tmp_path):
-    result = demo.run_session(demo.default_bag(), out_dir=tmp_path, quiet=True,
-                              rate=regression.REPLAY_RATE, overrides=regression.OVERRIDES,
-                              namespace=f"/t{uuid.uuid4().hex[:6]}")
+    result = demo.run_session(
+        demo.default_bag(),
+        out_dir=tmp_path,
+        quiet=True,
+        rate=regression.REPLAY_RATE,
+        overrides=regression.OVERRIDES,
+        namespace=f"/t{uuid.uuid4().hex[:6]}",
+    )
     summary = regression.summarize(result.run)
     # What the session is made of: a question while pointing, an echo, a barge-in.
     assert len(summary["transcript"]) >= 2, summary
@@ -24,5 +29,9 @@ def test_replaying_the_sample_session_matches_the_golden_file(tmp_path):
     assert not any(0.0 < t["start_s"] - 3.2 < 2.5 for t in summary["transcript"]), summary
     golden = json.loads(regression.golden_path().read_text(encoding="utf-8"))
     problems = regression.compare(summary, golden)
-    assert problems == [], ("\n".join(problems) + "\nthis run: " + json.dumps(summary) +
-                            "\n(if the change is intended: make golden, and review the diff)")
+    assert problems == [], (
+        "\n".join(problems)
+        + "\nthis run: "
+        + json.dumps(summary)
+        + "\n(if the change is intended: make golden, and review the diff)"
+    )

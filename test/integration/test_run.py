@@ -18,13 +18,28 @@ from omniflow.ros.qos import EVENTS
 def test_run_replay_profile_plays_the_bag_into_the_graph(ros_node):
     namespace = f"/t{uuid.uuid4().hex[:6]}"
     transcripts = TopicRecorder(ros_node, Transcript, f"{namespace}/transcript", EVENTS)
-    run = subprocess.Popen([sys.executable, "-m", "omniflow.cli", "run", "--profile", "replay",
-                            "--bag", str(sample("session.mcap")), "--namespace", namespace],
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                           start_new_session=True)
+    run = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "omniflow.cli",
+            "run",
+            "--profile",
+            "replay",
+            "--bag",
+            str(sample("session.mcap")),
+            "--namespace",
+            namespace,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         finals = transcripts.wait_until(
-            lambda msgs: sum(m.is_final for m in msgs) >= 2, 180, "two final transcripts")
+            lambda msgs: sum(m.is_final for m in msgs) >= 2, 180, "two final transcripts"
+        )
         assert [m.utterance_id for m in finals if m.is_final][:2] == [1, 2]
         run.send_signal(signal.SIGINT)
         output, _ = run.communicate(timeout=60)

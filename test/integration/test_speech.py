@@ -17,9 +17,11 @@ from omniflow.ros.qos import EVENTS, LATCHED, SENSOR_DATA
 from ros_helpers import call, topic
 
 MODULE = "omniflow.nodes.speech"
-LONG_ANSWER = ("The red box on the table is a toolbox. It holds screwdrivers, a hammer, "
-               "pliers and a tape measure. I can bring it to you if you want, or tell you "
-               "more about what is inside it and where each tool goes.")
+LONG_ANSWER = (
+    "The red box on the table is a toolbox. It holds screwdrivers, a hammer, "
+    "pliers and a tape measure. I can bring it to you if you want, or tell you "
+    "more about what is inside it and where each tool goes."
+)
 
 
 class Conversation:
@@ -27,13 +29,12 @@ class Conversation:
 
     def __init__(self, node, process):
         self.node = node
-        self.response = node.create_publisher(ResponseChunk, topic(process, "response"),
-                                              EVENTS)
-        self.dialogue = node.create_publisher(DialogueState, topic(process, "dialogue_state"),
-                                              LATCHED)
+        self.response = node.create_publisher(ResponseChunk, topic(process, "response"), EVENTS)
+        self.dialogue = node.create_publisher(
+            DialogueState, topic(process, "dialogue_state"), LATCHED
+        )
         self.states = TopicRecorder(node, SpeechState, topic(process, "speech_state"), LATCHED)
-        self.played = TopicRecorder(node, AudioChunk, topic(process, "played_audio"),
-                                    SENSOR_DATA)
+        self.played = TopicRecorder(node, AudioChunk, topic(process, "played_audio"), SENSOR_DATA)
         deadline = time.monotonic() + 15
         while self.response.get_subscription_count() < 1:
             assert time.monotonic() < deadline, "the speech node never subscribed"
@@ -49,29 +50,44 @@ class Conversation:
             stamp_ns = time.time_ns()
             first_ns = first_ns or stamp_ns
             delta = word if index == 0 else " " + word
-            self.response.publish(ResponseChunk(
-                header=header(stamp_ns, ""), turn_id=turn_id, index=index, text_delta=delta,
-                is_final=index == len(words) - 1))
+            self.response.publish(
+                ResponseChunk(
+                    header=header(stamp_ns, ""),
+                    turn_id=turn_id,
+                    index=index,
+                    text_delta=delta,
+                    is_final=index == len(words) - 1,
+                )
+            )
             if token_interval_s:
                 time.sleep(token_interval_s)
         return first_ns
 
     def interrupt(self, turn_id: int) -> int:
         stamp_ns = time.time_ns()
-        self.dialogue.publish(DialogueState(header=header(stamp_ns, ""),
-                                            state=DialogueState.INTERRUPTED,
-                                            turn_id=turn_id, reason="user spoke"))
+        self.dialogue.publish(
+            DialogueState(
+                header=header(stamp_ns, ""),
+                state=DialogueState.INTERRUPTED,
+                turn_id=turn_id,
+                reason="user spoke",
+            )
+        )
         return stamp_ns
 
     def wait_speaking(self, turn_id: int, timeout: float = 10) -> None:
         self.states.wait_until(
             lambda states: any(s.speaking and s.turn_id == turn_id for s in states),
-            timeout, f"speaking turn {turn_id}")
+            timeout,
+            f"speaking turn {turn_id}",
+        )
 
     def wait_idle_after_speaking(self, timeout: float) -> list[SpeechState]:
         return self.states.wait_until(
             lambda states: any(s.speaking for s in states) and not states[-1].speaking,
-            timeout, "idle after speaking")
+            timeout,
+            "idle after speaking",
+        )
 
 
 def start_speech(start_node, **parameters):
@@ -79,7 +95,8 @@ def start_speech(start_node, **parameters):
 
 
 def test_a_streamed_answer_is_spoken_from_its_first_phrase_and_written_to_wav(
-        ros_node, start_node, tmp_path):
+    ros_node, start_node, tmp_path
+):
     wav = tmp_path / "spoken.wav"
     process = start_speech(start_node, sink="wav", **{"wav.path": str(wav)})
     talk = Conversation(ros_node, process)
@@ -91,14 +108,16 @@ def test_a_streamed_answer_is_spoken_from_its_first_phrase_and_written_to_wav(
     assert latency_ms < 1000
     states = talk.wait_idle_after_speaking(timeout=30)
     assert [s.phrase_index for s in states if s.speaking] == sorted(
-        {s.phrase_index for s in states if s.speaking})
+        {s.phrase_index for s in states if s.speaking}
+    )
     assert max(s.phrase_index for s in states if s.speaking) >= 3
 
     played = talk.played.messages
     stamps = np.array([ns_from_time(c.header.stamp) for c in played])
     assert np.median(np.diff(stamps)) == pytest.approx(20e6, abs=2e6)  # 20 ms blocks
-    assert [c.sequence for c in played] == list(range(played[0].sequence,
-                                                      played[0].sequence + len(played)))
+    assert [c.sequence for c in played] == list(
+        range(played[0].sequence, played[0].sequence + len(played))
+    )
     assert {(c.sample_rate, c.channels) for c in played} == {(16000, 1)}
     start_node_output = process.output()
     process.stop()  # finalises the WAV
@@ -109,8 +128,7 @@ def test_a_streamed_answer_is_spoken_from_its_first_phrase_and_written_to_wav(
     assert np.abs(heard.astype(np.int32)).max() > 1000  # real speech, not silence
 
 
-def test_barge_in_silences_the_speaker_within_a_block_and_says_so_at_once(ros_node,
-                                                                          start_node):
+def test_barge_in_silences_the_speaker_within_a_block_and_says_so_at_once(ros_node, start_node):
     process = start_speech(start_node)
     talk = Conversation(ros_node, process)
     talk.say(7, LONG_ANSWER)
@@ -143,19 +161,25 @@ def test_stop_service_and_a_newer_turn_stop_the_current_one(ros_node, start_node
     talk.states.wait_until(lambda s: not s[-1].speaking, timeout=2, what="idle")
 
 
-@pytest.mark.parametrize("text", [
-    "; touch /tmp/omniflow-pwned $(touch /tmp/omniflow-pwned2) `touch /tmp/omniflow-pwned3`",
-    "--help me",
-    "🤖🎉",
-    "",
-    "and so on " * 3000,
-], ids=["shell", "option", "emoji", "empty", "very-long"])
-def test_hostile_or_unsayable_text_is_spoken_or_skipped_never_executed(ros_node, start_node,
-                                                                      text):
+@pytest.mark.parametrize(
+    "text",
+    [
+        "; touch /tmp/omniflow-pwned $(touch /tmp/omniflow-pwned2) `touch /tmp/omniflow-pwned3`",
+        "--help me",
+        "🤖🎉",
+        "",
+        "and so on " * 3000,
+    ],
+    ids=["shell", "option", "emoji", "empty", "very-long"],
+)
+def test_hostile_or_unsayable_text_is_spoken_or_skipped_never_executed(ros_node, start_node, text):
     process = start_speech(start_node)
     talk = Conversation(ros_node, process)
-    talk.response.publish(ResponseChunk(header=header(time.time_ns(), ""), turn_id=3,
-                                        index=0, text_delta=text, is_final=True))
+    talk.response.publish(
+        ResponseChunk(
+            header=header(time.time_ns(), ""), turn_id=3, index=0, text_delta=text, is_final=True
+        )
+    )
     time.sleep(1.5)
     for name in ("omniflow-pwned", "omniflow-pwned2", "omniflow-pwned3"):
         assert not (Path("/tmp") / name).exists()

@@ -30,8 +30,8 @@ def test_a_fixed_echo_path_is_learnt_and_removed():
     scores = []
     for i in range(len(played) // CHUNK):
         stamp = T0 + i * CHUNK * NS_PER_SAMPLE
-        reference.add(stamp, played[i * CHUNK:(i + 1) * CHUNK])
-        mic = np.round(echo[i * CHUNK:(i + 1) * CHUNK]).astype(np.int16)
+        reference.add(stamp, played[i * CHUNK : (i + 1) * CHUNK])
+        mic = np.round(echo[i * CHUNK : (i + 1) * CHUNK]).astype(np.int16)
         result = aec.process(mic, stamp)
         scores.append(result.echo_score)
         assert not result.echo  # the gate is off above 1

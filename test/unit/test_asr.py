@@ -38,8 +38,7 @@ def espeak(text: str, out: Path) -> np.ndarray:
     exe = shutil.which("espeak-ng")
     if exe is None:
         pytest.skip("espeak-ng is not installed")
-    subprocess.run([exe, "-w", str(out), "-v", "en-us", "-s", "150", text],
-                   check=True, timeout=30)
+    subprocess.run([exe, "-w", str(out), "-v", "en-us", "-s", "150", text], check=True, timeout=30)
     data, rate = soundfile.read(str(out), dtype="float64")
     assert rate == 22_050
     speech = resample_poly(data, 320, 441)  # 22050 * 320 / 441 = 16000
@@ -60,13 +59,14 @@ def commands_recognizer(tmp_path_factory: pytest.TempPathFactory) -> Pocketsphin
     return PocketsphinxRecognizer(grammar_path=path)
 
 
-def recognise(rec: PocketsphinxRecognizer, samples: np.ndarray
-              ) -> tuple[RecognitionResult, list[tuple[int, str]]]:
+def recognise(
+    rec: PocketsphinxRecognizer, samples: np.ndarray
+) -> tuple[RecognitionResult, list[tuple[int, str]]]:
     """Stream ``samples`` in 40 ms chunks; return the result and (chunk index, partial)s."""
     rec.start(START_NS)
     partials = []
     for n, i in enumerate(range(0, len(samples), CHUNK)):
-        partial = rec.feed(samples[i:i + CHUNK])
+        partial = rec.feed(samples[i : i + CHUNK])
         if partial is not None:
             partials.append((n, partial))
     return rec.finish(), partials
@@ -75,15 +75,15 @@ def recognise(rec: PocketsphinxRecognizer, samples: np.ndarray
 def add_noise(samples: np.ndarray, snr_db: float, seed: int = 3) -> np.ndarray:
     speech = samples.astype(np.float64)
     voiced = speech[np.abs(speech) > 0]
-    noise_rms = math.sqrt(np.mean(voiced ** 2)) / 10 ** (snr_db / 20)
+    noise_rms = math.sqrt(np.mean(voiced**2)) / 10 ** (snr_db / 20)
     noisy = speech + np.random.default_rng(seed).normal(0.0, noise_rms, len(speech))
     return np.clip(np.rint(noisy), -32768, 32767).astype(np.int16)
 
 
 @pytest.mark.parametrize("text", COMMANDS)
 def test_commands_are_recognised_exactly_with_the_grammar(
-        commands_recognizer: PocketsphinxRecognizer, phrases: dict[str, np.ndarray],
-        text: str) -> None:
+    commands_recognizer: PocketsphinxRecognizer, phrases: dict[str, np.ndarray], text: str
+) -> None:
     result, _ = recognise(commands_recognizer, phrases[text])
     assert result.text == text
     assert [w for w, _, _ in result.words] == text.split()
@@ -92,14 +92,15 @@ def test_commands_are_recognised_exactly_with_the_grammar(
 
 @pytest.mark.parametrize("text", COMMANDS)
 def test_commands_survive_white_noise_at_20_db_snr(
-        commands_recognizer: PocketsphinxRecognizer, phrases: dict[str, np.ndarray],
-        text: str) -> None:
+    commands_recognizer: PocketsphinxRecognizer, phrases: dict[str, np.ndarray], text: str
+) -> None:
     result, _ = recognise(commands_recognizer, add_noise(phrases[text], 20.0))
     assert result.text == text
 
 
 def test_partials_come_while_speaking_before_finish(
-        commands_recognizer: PocketsphinxRecognizer, phrases: dict[str, np.ndarray]) -> None:
+    commands_recognizer: PocketsphinxRecognizer, phrases: dict[str, np.ndarray]
+) -> None:
     samples = phrases["what is this red box"]
     result, partials = recognise(commands_recognizer, samples)
     chunks = math.ceil(len(samples) / CHUNK)
@@ -111,7 +112,8 @@ def test_partials_come_while_speaking_before_finish(
 
 
 def test_word_times_are_in_stream_time_and_ordered(
-        commands_recognizer: PocketsphinxRecognizer, phrases: dict[str, np.ndarray]) -> None:
+    commands_recognizer: PocketsphinxRecognizer, phrases: dict[str, np.ndarray]
+) -> None:
     samples = phrases["what is this red box"]
     result, _ = recognise(commands_recognizer, samples)
     end_ns = START_NS + len(samples) * NS_PER_SAMPLE
@@ -134,7 +136,8 @@ def test_open_vocabulary_gives_some_text(second_pass: bool) -> None:
 
 
 def test_an_utterance_of_silence_gives_empty_text(
-        commands_recognizer: PocketsphinxRecognizer) -> None:
+    commands_recognizer: PocketsphinxRecognizer,
+) -> None:
     commands_recognizer.start(0)
     commands_recognizer.feed(np.zeros(8000, dtype=np.int16))
     result = commands_recognizer.finish()
@@ -143,8 +146,7 @@ def test_an_utterance_of_silence_gives_empty_text(
         assert math.isnan(result.confidence) and result.words == []
 
 
-def test_misuse_and_bad_input_are_typed_errors(
-        commands_recognizer: PocketsphinxRecognizer) -> None:
+def test_misuse_and_bad_input_are_typed_errors(commands_recognizer: PocketsphinxRecognizer) -> None:
     with pytest.raises(EngineError, match="start"):
         commands_recognizer.feed(np.zeros(640, dtype=np.int16))
     with pytest.raises(EngineError, match="start"):

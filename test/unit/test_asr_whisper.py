@@ -46,17 +46,19 @@ def whisper() -> WhisperRecognizer:
 @pytest.fixture(scope="module")
 def noisy(tmp_path_factory: pytest.TempPathFactory) -> dict[str, np.ndarray]:
     tmp = tmp_path_factory.mktemp("speech")
-    return {text: add_noise(espeak(text, tmp / f"{i}.wav"), 20.0)
-            for i, text in enumerate(SENTENCES)}
+    return {
+        text: add_noise(espeak(text, tmp / f"{i}.wav"), 20.0) for i, text in enumerate(SENTENCES)
+    }
 
 
-def stream(rec: WhisperRecognizer, samples: np.ndarray, pace_s: float = 0.0
-           ) -> tuple[list[str], object]:
+def stream(
+    rec: WhisperRecognizer, samples: np.ndarray, pace_s: float = 0.0
+) -> tuple[list[str], object]:
     """Feed 40 ms chunks (sleeping ``pace_s`` after each); return partials and the result."""
     rec.start(START_NS)
     partials = []
     for i in range(0, len(samples), CHUNK):
-        partial = rec.feed(samples[i:i + CHUNK])
+        partial = rec.feed(samples[i : i + CHUNK])
         if partial is not None:
             partials.append(partial)
         if pace_s:
@@ -66,7 +68,8 @@ def stream(rec: WhisperRecognizer, samples: np.ndarray, pace_s: float = 0.0
 
 @pytest.mark.parametrize("text", EXACT)
 def test_noisy_speech_is_recognised_word_for_word(
-        whisper: WhisperRecognizer, noisy: dict[str, np.ndarray], text: str) -> None:
+    whisper: WhisperRecognizer, noisy: dict[str, np.ndarray], text: str
+) -> None:
     _, result = stream(whisper, noisy[text])
     assert words(result.text) == text.split()
     assert words(" ".join(w for w, _, _ in result.words)) == text.split()
@@ -74,15 +77,15 @@ def test_noisy_speech_is_recognised_word_for_word(
 
 
 def test_open_speech_has_most_words_right(
-        whisper: WhisperRecognizer, noisy: dict[str, np.ndarray]) -> None:
+    whisper: WhisperRecognizer, noisy: dict[str, np.ndarray]
+) -> None:
     _, result = stream(whisper, noisy[LOOSE])
     hyp = words(result.text)
     assert {"tell", "where", "kitchen"} <= set(hyp)
     assert edit_distance(LOOSE.split(), hyp) <= 2
 
 
-def test_the_sample_sentence_and_its_word_times_in_stream_time(
-        whisper: WhisperRecognizer) -> None:
+def test_the_sample_sentence_and_its_word_times_in_stream_time(whisper: WhisperRecognizer) -> None:
     samples, rate = soundfile.read(str(HELLO), dtype="int16")
     assert rate == 16_000
     _, result = stream(whisper, samples)
@@ -98,7 +101,8 @@ def test_the_sample_sentence_and_its_word_times_in_stream_time(
 
 
 def test_partials_come_while_speaking_and_finish_is_counted(
-        whisper: WhisperRecognizer, noisy: dict[str, np.ndarray]) -> None:
+    whisper: WhisperRecognizer, noisy: dict[str, np.ndarray]
+) -> None:
     """Fed at about real time, the worker decodes during the utterance: partials arrive
     before finish(), and the final comes from a decode started before it."""
     text = EXACT[1]
@@ -118,7 +122,8 @@ def test_partials_come_while_speaking_and_finish_is_counted(
 
 
 def test_end_returns_at_once_and_poll_final_hands_over_each_final_in_order(
-        whisper: WhisperRecognizer, noisy: dict[str, np.ndarray]) -> None:
+    whisper: WhisperRecognizer, noisy: dict[str, np.ndarray]
+) -> None:
     """The non-blocking path: two utterances ended back to back, the second fed while the
     first may still be decoding; each final comes once, in order, in its own stream time."""
     first, second = EXACT[0], EXACT[2]
@@ -126,7 +131,7 @@ def test_end_returns_at_once_and_poll_final_hands_over_each_final_in_order(
     for text, start in zip((first, second), starts, strict=True):
         whisper.start(start)
         for i in range(0, len(noisy[text]), CHUNK):
-            whisper.feed(noisy[text][i:i + CHUNK])
+            whisper.feed(noisy[text][i : i + CHUNK])
         whisper.end()
         assert not whisper.active
     results = []
@@ -163,8 +168,7 @@ def test_silence_gives_empty_text_without_decoding(whisper: WhisperRecognizer) -
     assert whisper.stats.decodes == decodes
 
 
-def test_audio_beyond_the_30_s_window_is_counted_not_decoded(
-        whisper: WhisperRecognizer) -> None:
+def test_audio_beyond_the_30_s_window_is_counted_not_decoded(whisper: WhisperRecognizer) -> None:
     whisper.start(0)
     whisper.feed(np.zeros(31 * 16_000, dtype=np.int16))
     whisper.finish()
@@ -225,8 +229,7 @@ def test_the_bundled_model_is_loaded_by_path_offline(whisper: WhisperRecognizer)
     assert os.environ.get("HF_HUB_OFFLINE") == "1"  # huggingface_hub will not download
 
 
-def test_make_recognizer_picks_the_engine_and_refuses_bad_combinations(
-        tmp_path: Path) -> None:
+def test_make_recognizer_picks_the_engine_and_refuses_bad_combinations(tmp_path: Path) -> None:
     assert isinstance(make_recognizer("pocketsphinx"), PocketsphinxRecognizer)
     with pytest.raises(ConfigError, match="pocketsphinx only"):
         make_recognizer("whisper", grammar_path=tmp_path / "commands.jsgf")

@@ -58,15 +58,19 @@ def test_decision_and_token_ref_map_onto_the_messages_field_for_field():
     # summary: what a chosen vision token showed, in words, which the node makes of the payload
     assert [renamed.get(n, n) for n in published] + ["summary"] == msg_fields("TokenRef.msg")
     assert [f.name for f in dataclasses.fields(TokenRef)][7:] == ["token_id", "payload"]
-    renamed = {"decided_ns": "header", "window_before_ns": "window_before",
-               "window_after_ns": "window_after"}
+    renamed = {
+        "decided_ns": "header",
+        "window_before_ns": "window_before",
+        "window_after_ns": "window_after",
+    }
     assert [renamed.get(f.name, f.name) for f in dataclasses.fields(Decision)] == msg_fields(
-        "Association.msg")
+        "Association.msg"
+    )
 
 
 # --------------------------------------------------------------------------- pointing
 def test_pointing_scenario_pairs_the_question_with_the_frame_pointed_at():
-    """"What is this?" at t0: the frame at t0 + 30 ms (the hand pointing at the box) is
+    """ "What is this?" at t0: the frame at t0 + 30 ms (the hand pointing at the box) is
     chosen; the frame at t0 - 300 ms is not even a candidate, though its code is identical to
     the question's."""
     ring = TokenRing()
@@ -86,7 +90,9 @@ def test_pointing_scenario_pairs_the_question_with_the_frame_pointed_at():
     assert decision.chosen[0].score == pytest.approx(1 - 3 / 32)
     assert stale not in [c.token_id for c in decision.candidates]
     assert [(c.token_id, c.chosen, c.reason) for c in decision.candidates] == [
-        (other, False, "hamming 20 > 12"), (pointed, True, "")]
+        (other, False, "hamming 20 > 12"),
+        (pointed, True, ""),
+    ]
     assert all(c.modality is Modality.VISION for c in decision.candidates)
     assert decision.trigger.payload == "what is this"
     assert (decision.window_before_ns, decision.window_after_ns) == (80 * MS, 120 * MS)
@@ -120,8 +126,12 @@ def test_window_bounds_are_inclusive(offset_ms, is_candidate):
 
 def test_every_candidate_is_explained():
     ring = TokenRing()
-    assoc = Associator(ring, gate=Gate(max_hamming=12, max_age_ns=50 * MS), max_chosen=2,
-                       modalities=(Modality.VISION, Modality.TEXT))
+    assoc = Associator(
+        ring,
+        gate=Gate(max_hamming=12, max_age_ns=50 * MS),
+        max_chosen=2,
+        modalities=(Modality.VISION, Modality.TEXT),
+    )
     ids = {
         "old": ring.insert(frame(T0 - 70 * MS, WHAT_IS_THIS)),
         "far": ring.insert(frame(T0 - 20 * MS, flip(WHAT_IS_THIS, 17))),
@@ -144,7 +154,8 @@ def test_every_candidate_is_explained():
     }
     assert [c.token_id for c in decision.chosen] == [ids["best"], ids["tie_near"]]
     assert [c.stamp_ns for c in decision.candidates] == sorted(
-        c.stamp_ns for c in decision.candidates)
+        c.stamp_ns for c in decision.candidates
+    )
     assert all(c.payload is None for c in decision.candidates if not c.chosen)
 
 
@@ -197,8 +208,14 @@ def test_bad_triggers_and_settings_are_rejected():
     assoc = Associator(TokenRing())
     with pytest.raises(ValueError, match="trigger rejected: stamp_ns"):
         assoc.request(speech(0))
-    for kwargs in ({"before_ns": -1}, {"max_chosen": 0}, {"modalities": ()},
-                   {"modalities": (5,)}, {"max_pending": 0}, {"after_ns": 1.5}):
+    for kwargs in (
+        {"before_ns": -1},
+        {"max_chosen": 0},
+        {"modalities": ()},
+        {"modalities": (5,)},
+        {"max_pending": 0},
+        {"after_ns": 1.5},
+    ):
         with pytest.raises(ConfigError):
             Associator(TokenRing(), **kwargs)
     with pytest.raises(ConfigError):
@@ -217,24 +234,28 @@ def test_tokens_left_out_decay_to_quarter_then_leave_the_active_set():
     assoc = Associator(ring, freshness=Freshness(unused_limit=3, shrink=shrink))
     embedding = np.arange(16, dtype=np.float32)
     ignored = ring.insert(frame(T0, flip(WHAT_IS_THIS, 20), embedding))  # never passes
-    used = ring.insert(frame(T0 + 10 * MS, WHAT_IS_THIS))                 # always chosen
+    used = ring.insert(frame(T0 + 10 * MS, WHAT_IS_THIS))  # always chosen
     history = []
     for round_ in range(1, 8):
         assoc.request(speech(T0 + 5 * MS))
         [decision] = assoc.poll(T0 + 200 * MS * round_)
         held = ring.get(ignored)
-        history.append((len(decision.candidates),
-                        None if held is None else (held.unused_rounds, held.resolution)))
+        history.append(
+            (
+                len(decision.candidates),
+                None if held is None else (held.unused_rounds, held.resolution),
+            )
+        )
         assert ring.get(used).unused_rounds == 0
         assert ring.get(used).resolution is Resolution.FULL
     assert history == [
         (2, (1, Resolution.FULL)),
         (2, (2, Resolution.FULL)),
-        (2, (3, Resolution.QUARTER)),   # at the limit: quarter resolution
+        (2, (3, Resolution.QUARTER)),  # at the limit: quarter resolution
         (2, (4, Resolution.QUARTER)),
         (2, (5, Resolution.QUARTER)),
-        (2, None),                      # at twice the limit: retired
-        (1, None),                      # no longer a candidate
+        (2, None),  # at twice the limit: retired
+        (1, None),  # no longer a candidate
     ]
     assert len(shrunk) == 1 and shrunk[0] is embedding
     assert assoc.stats.downgraded == 1 and assoc.stats.retired == 1
@@ -246,7 +267,8 @@ def test_being_chosen_again_resets_the_unused_count():
     assoc = Associator(ring, freshness=Freshness(unused_limit=3))
     token_id = ring.insert(frame(T0, flip(WHAT_IS_THIS, 4)))
     for round_, (code, expected) in enumerate(
-            [(WHAT_IS_THIS, 0), (0, 1), (0, 2), (WHAT_IS_THIS, 0), (0, 1)], start=1):
+        [(WHAT_IS_THIS, 0), (0, 1), (0, 2), (WHAT_IS_THIS, 0), (0, 1)], start=1
+    ):
         assoc.request(speech(T0, code=code))
         assoc.poll(T0 + 200 * MS * round_)
         assert ring.get(token_id).unused_rounds == expected
@@ -293,18 +315,23 @@ class Reference:
     def decide(self, trigger: Token) -> list[tuple[int, float, bool]]:
         t = trigger.stamp_ns
         window = [
-            (tid, tok) for tid, tok in self.tokens.items()
-            if tok["active"] and t - self.before <= tok["stamp"] <= t + self.after
-            and tok["modality"] in self.modalities and tid != trigger.token_id]
+            (tid, tok)
+            for tid, tok in self.tokens.items()
+            if tok["active"]
+            and t - self.before <= tok["stamp"] <= t + self.after
+            and tok["modality"] in self.modalities
+            and tid != trigger.token_id
+        ]
         window.sort(key=lambda item: (item[1]["stamp"], item[0]))
         scored = []
         for tid, tok in window:
             distance = bin(tok["code"] ^ trigger.code).count("1")
             passes = distance <= self.max_hamming and (
-                self.max_age is None or t - tok["stamp"] <= self.max_age)
+                self.max_age is None or t - tok["stamp"] <= self.max_age
+            )
             scored.append((tid, 1 - distance / 32, passes, abs(tok["stamp"] - t), tok["stamp"]))
         ranked = sorted((s for s in scored if s[2]), key=lambda s: (-s[1], s[3], s[4], s[0]))
-        chosen = {s[0] for s in ranked[:self.max_chosen]}
+        chosen = {s[0] for s in ranked[: self.max_chosen]}
         for tid, *_ in scored:  # freshness
             tok = self.tokens[tid]
             if tid in chosen:
@@ -322,10 +349,19 @@ EVENTS = st.lists(
     st.one_of(
         # a token: stamp offset from stream time (late ones within the tolerance), modality,
         # base code index and bits flipped
-        st.tuples(st.just("token"), st.integers(-90 * MS, 50 * MS),
-                  st.sampled_from(list(Modality)), st.integers(0, 2), st.integers(0, 20)),
-        st.tuples(st.just("trigger"), st.integers(-150 * MS, 20 * MS), st.integers(0, 2),
-                  st.sampled_from([None, 0, 1])),
+        st.tuples(
+            st.just("token"),
+            st.integers(-90 * MS, 50 * MS),
+            st.sampled_from(list(Modality)),
+            st.integers(0, 2),
+            st.integers(0, 20),
+        ),
+        st.tuples(
+            st.just("trigger"),
+            st.integers(-150 * MS, 20 * MS),
+            st.integers(0, 2),
+            st.sampled_from([None, 0, 1]),
+        ),
         st.tuples(st.just("poll"), st.integers(0, 200 * MS)),
     ),
     min_size=30,
@@ -335,18 +371,34 @@ BASES = (0x0000_0000, 0xF0F0_F0F0, 0x1234_5678)
 
 
 @settings(max_examples=120, deadline=None)
-@given(events=EVENTS, before=st.integers(0, 150), after=st.integers(0, 200),
-       max_hamming=st.integers(0, 32), max_age=st.sampled_from([None, 30, 100]),
-       modalities=st.sampled_from([(Modality.VISION,), (Modality.VISION, Modality.TEXT),
-                                   tuple(Modality)]),
-       max_chosen=st.integers(1, 3), limit=st.integers(1, 3))
+@given(
+    events=EVENTS,
+    before=st.integers(0, 150),
+    after=st.integers(0, 200),
+    max_hamming=st.integers(0, 32),
+    max_age=st.sampled_from([None, 30, 100]),
+    modalities=st.sampled_from(
+        [(Modality.VISION,), (Modality.VISION, Modality.TEXT), tuple(Modality)]
+    ),
+    max_chosen=st.integers(1, 3),
+    limit=st.integers(1, 3),
+)
 def test_window_association_equals_a_brute_force_reference(
-        events, before, after, max_hamming, max_age, modalities, max_chosen, limit):
+    events, before, after, max_hamming, max_age, modalities, max_chosen, limit
+):
     before, after = before * MS, after * MS
     max_age = None if max_age is None else max_age * MS
     ring = TokenRing(capacity=512, reorder_tolerance_ns=100 * MS)
-    assoc = Associator(ring, before, after, Gate(max_hamming, max_age), modalities,
-                       max_chosen, Freshness(limit), max_pending=512)
+    assoc = Associator(
+        ring,
+        before,
+        after,
+        Gate(max_hamming, max_age),
+        modalities,
+        max_chosen,
+        Freshness(limit),
+        max_pending=512,
+    )
     ref = Reference(before, after, max_hamming, max_age, modalities, max_chosen, limit)
     pending: dict[int, Token] = {}
     now = T0
@@ -356,9 +408,14 @@ def test_window_association_equals_a_brute_force_reference(
             token = Token(now + offset, modality, flip(BASES[base], flips))
             token_id = ring.insert(token)
             if token_id is not None:
-                ref.tokens[token_id] = {"stamp": token.stamp_ns, "modality": modality,
-                                        "code": token.code, "active": True, "unused": 0,
-                                        "resolution": Resolution.FULL}
+                ref.tokens[token_id] = {
+                    "stamp": token.stamp_ns,
+                    "modality": modality,
+                    "code": token.code,
+                    "active": True,
+                    "unused": 0,
+                    "resolution": Resolution.FULL,
+                }
                 now = max(now, token.stamp_ns)
         elif event[0] == "trigger":
             _, offset, base, in_ring = event
@@ -370,8 +427,11 @@ def test_window_association_equals_a_brute_force_reference(
         else:
             now += event[1]
             decisions = assoc.poll(now)
-            due = sorted((trig.stamp_ns + after, did) for did, trig in pending.items()
-                         if trig.stamp_ns + after <= now)
+            due = sorted(
+                (trig.stamp_ns + after, did)
+                for did, trig in pending.items()
+                if trig.stamp_ns + after <= now
+            )
             assert [d.decision_id for d in decisions] == [did for _, did in due]
             for decision in decisions:
                 expected = ref.decide(pending.pop(decision.decision_id))
@@ -387,5 +447,7 @@ def test_window_association_equals_a_brute_force_reference(
                 if not tok["active"]:
                     assert held is None
                 elif held is not None:
-                    assert (held.unused_rounds, held.resolution) == (tok["unused"],
-                                                                    tok["resolution"])
+                    assert (held.unused_rounds, held.resolution) == (
+                        tok["unused"],
+                        tok["resolution"],
+                    )

@@ -20,8 +20,7 @@ def test_codes_equal_the_message_constants() -> None:
     assert FORMAT_F32LE == AudioChunk.FORMAT_F32LE
 
 
-@pytest.mark.parametrize(
-    ("dtype", "code"), [(np.int16, FORMAT_S16LE), (np.float32, FORMAT_F32LE)])
+@pytest.mark.parametrize(("dtype", "code"), [(np.int16, FORMAT_S16LE), (np.float32, FORMAT_F32LE)])
 def test_format_of_knows_int16_and_float32(dtype: type, code: int) -> None:
     assert format_of(np.zeros(4, dtype=dtype)) == code
 

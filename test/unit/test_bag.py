@@ -26,8 +26,10 @@ def chunk_bytes(sequence: int, size: int = 1280) -> bytes:
 
 
 def audio_messages(count: int, size: int = 1280) -> list[BagMessage]:
-    return [BagMessage("audio", "omniflow/msg/AudioChunk", START + k * 40_000_000,
-                       chunk_bytes(k, size)) for k in range(count)]
+    return [
+        BagMessage("audio", "omniflow/msg/AudioChunk", START + k * 40_000_000, chunk_bytes(k, size))
+        for k in range(count)
+    ]
 
 
 def transcript(text: str) -> bytes:
@@ -46,7 +48,9 @@ def test_written_bag_reads_back_in_order_with_rclpys_bytes(tmp_path):
     reader = BagReader(tmp_path / "bag")
     assert reader.problems == []
     assert {n: (t.msgtype, t.count) for n, t in reader.topics.items()} == {
-        "audio": ("omniflow/msg/AudioChunk", 50), "transcript": ("omniflow/msg/Transcript", 1)}
+        "audio": ("omniflow/msg/AudioChunk", 50),
+        "transcript": ("omniflow/msg/Transcript", 1),
+    }
     messages = list(reader.messages())
     assert [m.timestamp_ns for m in messages] == sorted(m.timestamp_ns for m in messages)
     audio = [m for m in messages if m.topic == "audio"]
@@ -54,7 +58,7 @@ def test_written_bag_reads_back_in_order_with_rclpys_bytes(tmp_path):
     decoded = deserialize_message(audio[7].raw, AudioChunk)
     assert decoded.sequence == 7 and len(decoded.data) == 1280
     assert bytes(decoded.data) == bytes(deserialize_message(written[7].raw, AudioChunk).data)
-    (_, text), = [(m, d) for m, d in reader.decoded(["transcript"])]
+    ((_, text),) = [(m, d) for m, d in reader.decoded(["transcript"])]
     assert text.text == "what is this" and text.is_final
 
 
@@ -70,7 +74,7 @@ def test_a_truncated_mcap_is_read_up_to_its_last_complete_record(tmp_path):
     path = write_mcap_file(tmp_path / "full.mcap", audio_messages(300, size=10_000))
     data = path.read_bytes()
     cut = tmp_path / "cut.mcap"
-    cut.write_bytes(data[:len(data) * 2 // 3])
+    cut.write_bytes(data[: len(data) * 2 // 3])
     reader = BagReader(cut)
     sequences = [bag.decode(m.raw, m.msgtype).sequence for m in reader.messages()]
     assert 0 < len(sequences) < 300
@@ -94,8 +98,11 @@ def test_an_unfinished_recording_without_metadata_is_read_from_its_files(tmp_pat
 def test_require_names_what_is_missing_and_what_is_there(tmp_path):
     reader = BagReader(write_mcap_file(tmp_path / "a.mcap", audio_messages(3)))
     reader.require(["audio"])
-    with pytest.raises(BagError, match=r"no messages on image_raw.*audio \(omniflow/msg/"
-                                       r"AudioChunk, 3\)"):
+    with pytest.raises(
+        BagError,
+        match=r"no messages on image_raw.*audio \(omniflow/msg/"
+        r"AudioChunk, 3\)",
+    ):
         reader.require(["audio", "image_raw"])
 
 
@@ -103,10 +110,10 @@ def test_unknown_types_are_reported_and_skipped_when_decoding(tmp_path):
     from rosbags.rosbag2 import StoragePlugin, Writer
 
     with Writer(tmp_path / "bag", version=9, storage_plugin=StoragePlugin.MCAP) as writer:
-        odd = writer.add_connection("odd", "acme/msg/Gizmo", msgdef="int32 x",
-                                    rihs01="RIHS01_" + "0" * 64)
-        audio = writer.add_connection("audio", "omniflow/msg/AudioChunk",
-                                      typestore=bag.typestore())
+        odd = writer.add_connection(
+            "odd", "acme/msg/Gizmo", msgdef="int32 x", rihs01="RIHS01_" + "0" * 64
+        )
+        audio = writer.add_connection("audio", "omniflow/msg/AudioChunk", typestore=bag.typestore())
         writer.write(odd, START, b"\x00\x01\x00\x00\x07\x00\x00\x00")
         writer.write(audio, START + 1, chunk_bytes(0))
     reader = BagReader(tmp_path / "bag")
@@ -161,24 +168,34 @@ def test_the_session_script_is_deterministic(tmp_path):
         pytest.skip("espeak-ng is not installed")
     import subprocess
     import sys
+
     root = Path(__file__).resolve().parents[2]
     out = tmp_path / "s.mcap"
-    subprocess.run([sys.executable, str(root / "scripts" / "make_sample_session.py"),
-                    "--out", str(out)], check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        [sys.executable, str(root / "scripts" / "make_sample_session.py"), "--out", str(out)],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     assert out.read_bytes() == (root / "test" / "data" / "samples" / "session.mcap").read_bytes()
 
 
 def test_topics_recorded_by_ros2_bag_are_found_by_their_graph_names(tmp_path):
-    messages = [BagMessage("/robot1/audio", m.msgtype, m.timestamp_ns, m.raw)
-                for m in audio_messages(3)]
-    messages.append(BagMessage("/transcript", "omniflow/msg/Transcript", START + 1,
-                               transcript("hi")))
+    messages = [
+        BagMessage("/robot1/audio", m.msgtype, m.timestamp_ns, m.raw) for m in audio_messages(3)
+    ]
+    messages.append(
+        BagMessage("/transcript", "omniflow/msg/Transcript", START + 1, transcript("hi"))
+    )
     reader = BagReader(write_mcap_file(tmp_path / "ros2.mcap", messages))
     assert reader.resolve(["audio", "transcript", "image_raw"]) == {
-        "audio": "/robot1/audio", "transcript": "/transcript"}
+        "audio": "/robot1/audio",
+        "transcript": "/transcript",
+    }
     reader.require(["audio"])
     with pytest.raises(BagError, match="no messages on image_raw"):
         reader.require(["audio", "image_raw"])
     from omniflow.report import Run
+
     run = Run.from_bags(reader.path)
     assert set(run.messages) == {"audio", "transcript"}

@@ -26,16 +26,18 @@ from omniflow.nodes.camera import output_size
         ((1, 1000), (0, 10), (1, 10)),
     ],
 )
-def test_output_size(source: tuple[int, int], wanted: tuple[int, int],
-                     expected: tuple[int, int]) -> None:
+def test_output_size(
+    source: tuple[int, int], wanted: tuple[int, int], expected: tuple[int, int]
+) -> None:
     assert output_size(*source, *wanted) == expected
 
 
 sides = st.integers(min_value=1, max_value=8000)
 
 
-@given(sides, sides, st.integers(min_value=0, max_value=8000),
-       st.integers(min_value=0, max_value=8000))
+@given(
+    sides, sides, st.integers(min_value=0, max_value=8000), st.integers(min_value=0, max_value=8000)
+)
 def test_output_size_is_never_zero_and_honours_what_was_asked(
     width: int, height: int, want_width: int, want_height: int
 ) -> None:

@@ -65,8 +65,9 @@ def test_a_wav_at_another_rate_is_resampled_into_the_session(tmp_path):
     tone = (0.3 * np.sin(2 * np.pi * 440 * t)).astype(np.float32)
     soundfile.write(tmp_path / "tone.wav", np.stack([tone, tone], axis=1), rate)
     notes = []
-    path = session_from_files(tmp_path / "tone.wav", SAMPLES / "scene.avi",
-                              tmp_path / "s.mcap", warn=notes.append)
+    path = session_from_files(
+        tmp_path / "tone.wav", SAMPLES / "scene.avi", tmp_path / "s.mcap", warn=notes.append
+    )
     assert any("44100 Hz -> 16000 Hz" in n for n in notes)
     reader = BagReader(path)
     chunks = [msg for _, msg in reader.decoded(["audio"])]
@@ -92,8 +93,9 @@ def test_audio_that_is_not_audio_is_refused_naming_it(tmp_path):
 
 
 def test_large_frames_are_scaled_down(tmp_path):
-    writer = cv2.VideoWriter(str(tmp_path / "big.avi"), cv2.VideoWriter_fourcc(*"MJPG"), 15,
-                             (1280, 720))
+    writer = cv2.VideoWriter(
+        str(tmp_path / "big.avi"), cv2.VideoWriter_fourcc(*"MJPG"), 15, (1280, 720)
+    )
     for _ in range(3):
         writer.write(np.full((720, 1280, 3), 128, np.uint8))
     writer.release()
@@ -109,9 +111,13 @@ def test_the_supervisor_respawns_capture_nodes_only(tmp_path):
 
     (tmp_path / "of_dies.py").write_text("import sys\nprint('bye')\nsys.exit(3)\n")
     lines: list[str] = []
-    supervisor = Supervisor([NodeSpec(module="of_dies", name="camera"),
-                             NodeSpec(module="of_dies", name="fusion")], {"camera"}, 0.2,
-                            report=lines.append, env={"PYTHONPATH": str(tmp_path)})
+    supervisor = Supervisor(
+        [NodeSpec(module="of_dies", name="camera"), NodeSpec(module="of_dies", name="fusion")],
+        {"camera"},
+        0.2,
+        report=lines.append,
+        env={"PYTHONPATH": str(tmp_path)},
+    )
     try:
         deadline = time.monotonic() + 30
         while supervisor.respawns["camera"] < 2 and time.monotonic() < deadline:
@@ -120,8 +126,9 @@ def test_the_supervisor_respawns_capture_nodes_only(tmp_path):
         assert supervisor.respawns["camera"] >= 2
         assert supervisor.respawns["fusion"] == 0
         assert sum("fusion exited with 3" in line for line in lines) == 1
-        assert any("camera exited with 3; respawning in 0.2 s" in line and "bye" in line
-                   for line in lines)
+        assert any(
+            "camera exited with 3; respawning in 0.2 s" in line and "bye" in line for line in lines
+        )
         assert "respawned camera" in lines
     finally:
         supervisor.close()

@@ -13,12 +13,14 @@ from omniflow.nodes import audio_capture, camera, dialogue, fusion, power_manage
 from omniflow.ros.device_node import COMMON_PARAMS
 
 ROOT = Path(__file__).parents[2]
-SPECS = {"audio_capture": audio_capture.PARAMS + COMMON_PARAMS,
-         "camera": camera.PARAMS + COMMON_PARAMS,
-         "speech": speech.PARAMS + COMMON_PARAMS,
-         "fusion": fusion.PARAMS,
-         "dialogue": dialogue.PARAMS,
-         "power_manager": power_manager.PARAMS}
+SPECS = {
+    "audio_capture": audio_capture.PARAMS + COMMON_PARAMS,
+    "camera": camera.PARAMS + COMMON_PARAMS,
+    "speech": speech.PARAMS + COMMON_PARAMS,
+    "fusion": fusion.PARAMS,
+    "dialogue": dialogue.PARAMS,
+    "power_manager": power_manager.PARAMS,
+}
 
 
 def profile_entries():
@@ -50,13 +52,17 @@ def test_graph_nodes_describe_every_node_with_overrides():
     assert specs[1].parameters["source"] == "video"
     assert {spec.namespace for spec in specs} == {"/robot"}
     for spec in specs:
-        problems = [spec_.check(spec.parameters[spec_.name]) for spec_ in SPECS[spec.name]
-                    if spec_.name in spec.parameters]
+        problems = [
+            spec_.check(spec.parameters[spec_.name])
+            for spec_ in SPECS[spec.name]
+            if spec_.name in spec.parameters
+        ]
         assert problems == [None] * len(problems)
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "launch").glob("*.launch.py")),
-                         ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path", sorted((ROOT / "launch").glob("*.launch.py")), ids=lambda p: p.name
+)
 def test_launch_files_parse_and_document_the_standard_arguments(path):
     """Declared through omniflow.bringup (test_launcher.py builds each launch file and checks
     the declarations); each file's docstring names them for whoever reads it."""
@@ -67,15 +73,19 @@ def test_launch_files_parse_and_document_the_standard_arguments(path):
 
 def test_node_reference_parameter_tables_are_generated_from_the_specs():
     from omniflow.docs import node_tables
+
     reference = (ROOT / "docs" / "nodes.md").read_text()
     for name, table in node_tables().items():
         block = f"<!-- params:{name} -->\n{table}\n<!-- /params:{name} -->"
-        assert block in reference, (f"docs/nodes.md's {name} parameter table is out of date: "
-                                    "run `python -m omniflow.docs --write docs/nodes.md`")
+        assert block in reference, (
+            f"docs/nodes.md's {name} parameter table is out of date: "
+            "run `python -m omniflow.docs --write docs/nodes.md`"
+        )
 
 
 def test_the_camera_gets_the_large_frames_dds_profile_unless_one_is_set(monkeypatch):
     from omniflow.graph import DDS_PROFILE_VARIABLE, FRAME_PUBLISHER_PROFILE, frame_publisher_env
+
     assert (ROOT.joinpath(*FRAME_PUBLISHER_PROFILE)).is_file()
     monkeypatch.delenv(DDS_PROFILE_VARIABLE, raising=False)
     env = frame_publisher_env("/opt/share/omniflow")

@@ -86,17 +86,16 @@ def test_header_carries_stamp_and_frame() -> None:
         (np.float32, (320, 4), FORMAT_F32LE, 4),
     ],
 )
-def test_audio_chunk_round_trip(dtype: type, shape: tuple[int, ...], fmt: int,
-                                channels: int) -> None:
+def test_audio_chunk_round_trip(
+    dtype: type, shape: tuple[int, ...], fmt: int, channels: int
+) -> None:
     rng = np.random.default_rng(0)
     samples = (rng.standard_normal(shape) * 1000).astype(dtype)
-    msg = audio_chunk(samples, stamp_ns=5 * NS + 40, frame_id="mic", sample_rate=16000,
-                      sequence=42)
+    msg = audio_chunk(samples, stamp_ns=5 * NS + 40, frame_id="mic", sample_rate=16000, sequence=42)
     assert isinstance(msg.data, array.array)
     assert msg.data.typecode == "B"
     assert len(msg.data) == samples.size * np.dtype(dtype).itemsize
-    assert (msg.format, msg.channels, msg.sample_rate, msg.sequence) == (fmt, channels,
-                                                                         16000, 42)
+    assert (msg.format, msg.channels, msg.sample_rate, msg.sequence) == (fmt, channels, 16000, 42)
     assert ns_from_time(msg.header.stamp) == 5 * NS + 40
     assert msg.header.frame_id == "mic"
     np.testing.assert_array_equal(audio_samples(msg), samples.reshape(shape[0], channels))
@@ -114,8 +113,12 @@ def test_audio_chunk_round_trip(dtype: type, shape: tuple[int, ...], fmt: int,
     ],
 )
 def test_malformed_audio_chunk_raises_audio_format_error(fields: dict, message: str) -> None:
-    base = {"sample_rate": 16000, "channels": 1, "format": FORMAT_S16LE,
-            "data": array.array("B", bytes(8))}
+    base = {
+        "sample_rate": 16000,
+        "channels": 1,
+        "format": FORMAT_S16LE,
+        "data": array.array("B", bytes(8)),
+    }
     msg = AudioChunk(**{**base, **fields})
     with pytest.raises(AudioFormatError, match=message):
         audio_samples(msg)
@@ -152,8 +155,14 @@ def test_image_round_trip(encoding: str, shape: tuple[int, ...], dtype: type) ->
 def test_padded_rows_of_a_hand_built_message_are_skipped() -> None:
     # 2 x 3 rgb8 (9 bytes a row) sent with step 12: 3 junk bytes end each row.
     rows = [bytes(range(0, 9)) + b"\xee\xee\xee", bytes(range(100, 109)) + b"\xee\xee\xee"]
-    msg = Image(height=2, width=3, encoding="rgb8", is_bigendian=0, step=12,
-                data=array.array("B", b"".join(rows)))
+    msg = Image(
+        height=2,
+        width=3,
+        encoding="rgb8",
+        is_bigendian=0,
+        step=12,
+        data=array.array("B", b"".join(rows)),
+    )
     pixels = image_pixels(msg)
     assert pixels.shape == (2, 3, 3)
     np.testing.assert_array_equal(pixels[0].reshape(-1), list(range(0, 9)))
@@ -162,8 +171,14 @@ def test_padded_rows_of_a_hand_built_message_are_skipped() -> None:
 
 def test_big_endian_16_bit_message_is_read_in_native_order() -> None:
     values = np.array([[1, 258], [65535, 4096]], dtype=">u2")
-    msg = Image(height=2, width=2, encoding="16UC1", is_bigendian=1, step=4,
-                data=array.array("B", values.tobytes()))
+    msg = Image(
+        height=2,
+        width=2,
+        encoding="16UC1",
+        is_bigendian=1,
+        step=4,
+        data=array.array("B", values.tobytes()),
+    )
     np.testing.assert_array_equal(image_pixels(msg), [[1, 258], [65535, 4096]])
 
 
@@ -174,13 +189,20 @@ def test_big_endian_16_bit_message_is_read_in_native_order() -> None:
         ({"step": 5}, "step 5 is smaller than one row"),
         ({"data": array.array("B", bytes(11))}, "11 bytes but step x height = 6 x 2 = 12"),
         ({"height": 0, "data": array.array("B")}, "size must be positive"),
-        ({"encoding": "16UC1", "width": 3, "step": 7, "data": array.array("B", bytes(14))},
-         "not a multiple"),
+        (
+            {"encoding": "16UC1", "width": 3, "step": 7, "data": array.array("B", bytes(14))},
+            "not a multiple",
+        ),
     ],
 )
 def test_malformed_image_raises_image_format_error(fields: dict, message: str) -> None:
-    base = {"height": 2, "width": 2, "encoding": "rgb8", "step": 6,
-            "data": array.array("B", bytes(12))}
+    base = {
+        "height": 2,
+        "width": 2,
+        "encoding": "rgb8",
+        "step": 6,
+        "data": array.array("B", bytes(12)),
+    }
     msg = Image(**{**base, **fields})
     with pytest.raises(ImageFormatError, match=message):
         image_pixels(msg)

@@ -60,8 +60,9 @@ def test_a_spoken_question_runs_the_whole_turn():
     assert dm.generated(1, 1.3) == []
     assert dm.speech(True, 1, 1.2) == []
     actions = dm.speech(False, 1, 2.5)
-    assert of(actions, TurnEnded) == [TurnEnded(1, "done", "It is a cup.",
-                                                "the robot finished speaking")]
+    assert of(actions, TurnEnded) == [
+        TurnEnded(1, "done", "It is a cup.", "the robot finished speaking")
+    ]
     assert states(actions) == [State.LISTENING]
     assert not of(actions, Cancel)  # nothing to stop: it finished
 
@@ -79,8 +80,7 @@ def test_barge_in_while_speaking_cancels_and_interrupts():
     turn = speaking(dm)
     assert dm.voice_start(2, 0.09, 2.0) == []  # shorter than the threshold: not yet
     actions = dm.voice_ongoing(2, 0.13, 2.04)
-    assert of(actions, Cancel) == [Cancel(turn, actions[0].reason, True,
-                                              CancelReason.BARGE_IN)]
+    assert of(actions, Cancel) == [Cancel(turn, actions[0].reason, True, CancelReason.BARGE_IN)]
     assert "barge-in" in actions[0].reason
     assert of(actions, TurnEnded)[0].outcome == "interrupted"
     assert of(actions, TurnEnded)[0].response == "It is"
@@ -115,8 +115,9 @@ def test_speech_while_thinking_cancels_and_keeps_the_words():
     dm = DialogueManager()
     turn = spoken_turn(dm, "what is")
     actions = dm.voice_start(2, 0.09, 1.2)
-    assert of(actions, Cancel) == [Cancel(turn, "the user went on speaking", False,
-                                              CancelReason.USER_WENT_ON)]
+    assert of(actions, Cancel) == [
+        Cancel(turn, "the user went on speaking", False, CancelReason.USER_WENT_ON)
+    ]
     assert of(actions, TurnEnded)[0].outcome == "cancelled"
     assert states(actions) == [State.USER_SPEAKING]
     assert dm.transcript(2, "this", False, 1.4) == [Warm("what is this")]
@@ -131,8 +132,9 @@ def test_a_goal_prompt_is_refused_while_busy_unless_preempting():
     with pytest.raises(Busy):
         dm.prompt("another", "goal", 0.1)
     actions = dm.prompt("another", "goal", 0.2, preempt=True)
-    assert of(actions, Cancel) == [Cancel(1, "preempted by a goal turn", True,
-                                           CancelReason.PREEMPTED)]
+    assert of(actions, Cancel) == [
+        Cancel(1, "preempted by a goal turn", True, CancelReason.PREEMPTED)
+    ]
     assert of(actions, TurnEnded)[0].outcome == "cancelled"
     assert of(actions, StartTurn) == [StartTurn(2, "another", "goal", 0)]
     assert states(actions) == [State.THINKING]
@@ -155,8 +157,7 @@ def test_cancel_silences_and_listens():
     dm = DialogueManager()
     turn = speaking(dm)
     actions = dm.cancel("goal cancelled", 2.0)
-    assert of(actions, Cancel) == [Cancel(turn, "goal cancelled", True,
-                                              CancelReason.REQUESTED)]
+    assert of(actions, Cancel) == [Cancel(turn, "goal cancelled", True, CancelReason.REQUESTED)]
     assert states(actions) == [State.LISTENING]
     assert dm.cancel("again", 2.1) == []
 
@@ -213,9 +214,24 @@ def test_parameters_are_checked():
         DialogueManager(speech_start_timeout_s=0)
 
 
-EVENTS = st.sampled_from(["start", "ongoing", "partial", "final", "empty", "token",
-                          "generated", "failed", "speech_on", "speech_off", "tick", "prompt",
-                          "preempt", "cancel"])
+EVENTS = st.sampled_from(
+    [
+        "start",
+        "ongoing",
+        "partial",
+        "final",
+        "empty",
+        "token",
+        "generated",
+        "failed",
+        "speech_on",
+        "speech_off",
+        "tick",
+        "prompt",
+        "preempt",
+        "cancel",
+    ]
+)
 
 
 @settings(max_examples=300, deadline=None)
@@ -258,13 +274,16 @@ def test_any_sequence_of_inputs_keeps_the_machine_consistent(events):
             assert dm.active_turn == 0
 
 
-@pytest.mark.parametrize(("text", "kept"), [
-    ("This is", ""),
-    ("It is a cup. It holds", "It is a cup."),
-    ("Yes! Sure? Of course.", "Yes! Sure? Of course."),
-    ("Version 2.5 is out", ""),
-    ("", ""),
-])
+@pytest.mark.parametrize(
+    ("text", "kept"),
+    [
+        ("This is", ""),
+        ("It is a cup. It holds", "It is a cup."),
+        ("Yes! Sure? Of course.", "Yes! Sure? Of course."),
+        ("Version 2.5 is out", ""),
+        ("", ""),
+    ],
+)
 def test_a_cut_off_answer_keeps_its_finished_sentences(text, kept):
     assert complete_sentences(text) == kept
 
@@ -273,8 +292,9 @@ def test_a_cancel_carries_the_cause_it_is_given():
     dm = DialogueManager()
     turn = speaking(dm)
     actions = dm.cancel("timed out after 5 s", 2.0, cause=CancelReason.TIMED_OUT)
-    assert of(actions, Cancel) == [Cancel(turn, "timed out after 5 s", True,
-                                          CancelReason.TIMED_OUT)]
+    assert of(actions, Cancel) == [
+        Cancel(turn, "timed out after 5 s", True, CancelReason.TIMED_OUT)
+    ]
 
 
 def test_stats_count_barge_ins_by_their_cause_not_their_text():
@@ -284,20 +304,24 @@ def test_stats_count_barge_ins_by_their_cause_not_their_text():
     record(dm.voice_start(1, 0.09, 0.0))
     record(dm.transcript(1, "what is this", True, 1.0))
     record(dm.token(1, "It is a cup.", 1.1))
-    record(dm.voice_ongoing(2, 0.2, 1.5))                       # a barge-in
+    record(dm.voice_ongoing(2, 0.2, 1.5))  # a barge-in
     record(dm.transcript(2, "and that", True, 2.0))
-    record(dm.cancel("the robot's barge-in test", 2.1))          # the text says barge-in
+    record(dm.cancel("the robot's barge-in test", 2.1))  # the text says barge-in
     record(dm.prompt("(greet)", "proactive", 3.0))
     record(dm.generated(dm.turn_id, 3.5, error="the model failed: boom"))
-    assert (stats.turns, stats.barge_ins, stats.cancelled, stats.failed, stats.proactive) == \
-        (3, 1, 2, 1, 1)
+    assert (stats.turns, stats.barge_ins, stats.cancelled, stats.failed, stats.proactive) == (
+        3,
+        1,
+        2,
+        1,
+        1,
+    )
     assert stats.last_error == "the model failed: boom"
 
 
 def test_the_manager_takes_its_parameters_by_name():
     params = {spec.name: spec.default for spec in DIALOGUE_PARAMS}
     dm = DialogueManager.from_params(params)
-    assert (dm.barge_in, dm.barge_in_min_speech_s, dm.speech_start_timeout_s) == \
-        (True, 0.06, 3.0)
+    assert (dm.barge_in, dm.barge_in_min_speech_s, dm.speech_start_timeout_s) == (True, 0.06, 3.0)
     dm.set_params({**params, "barge_in.enabled": False, "barge_in.min_speech_ms": 200})
     assert (dm.barge_in, dm.barge_in_min_speech_s) == (False, 0.2)

@@ -24,11 +24,29 @@ import pytest
 
 ROOT = Path(__file__).parents[2]
 SRC = ROOT / "src"
-DOCS = sorted([ROOT / "README.md", ROOT / "benchmarks" / "README.md",
-               *(ROOT / "docs").glob("*.md"), *(ROOT / "models").glob("*.md")])
+DOCS = sorted(
+    [
+        ROOT / "README.md",
+        ROOT / "benchmarks" / "README.md",
+        *(ROOT / "docs").glob("*.md"),
+        *(ROOT / "models").glob("*.md"),
+    ]
+)
 # Top-level entries whose paths are checked when named (build/ and .venv/ are outputs).
-TOP_LEVEL = ("action", "benchmarks", "config", "docs", "launch", "models", "msg", "requirements",
-             "scripts", "src", "test", ".ci")
+TOP_LEVEL = (
+    "action",
+    "benchmarks",
+    "config",
+    "docs",
+    "launch",
+    "models",
+    "msg",
+    "requirements",
+    "scripts",
+    "src",
+    "test",
+    ".ci",
+)
 # Made by the build, not in the source tree.
 GENERATED = {"omniflow/_version.py"}
 
@@ -91,8 +109,11 @@ def slug(heading: str) -> str:
 
 
 def anchors(path: Path) -> set[str]:
-    return {slug(line.lstrip("#")) for line in path.read_text(encoding="utf-8").splitlines()
-            if line.startswith("#")}
+    return {
+        slug(line.lstrip("#"))
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if line.startswith("#")
+    }
 
 
 def module_problem(dotted: str, runnable: bool = False) -> str | None:
@@ -105,7 +126,7 @@ def module_problem(dotted: str, runnable: bool = False) -> str | None:
             continue
         if (here / f"{part}.py").is_file():
             source = here / f"{part}.py"
-            rest = parts[index + 1:]
+            rest = parts[index + 1 :]
             if runnable and rest:
                 return f"{dotted}: {source.relative_to(ROOT)} is a module, not a package"
             if runnable and "__main__" not in source.read_text():
@@ -114,8 +135,12 @@ def module_problem(dotted: str, runnable: bool = False) -> str | None:
                 return f"{dotted}: no {rest[0]} in {source.relative_to(ROOT)}"
             return None
         init = here / "__init__.py"
-        if here.is_dir() and not runnable and init.is_file() and \
-                re.search(rf"\b{re.escape(part)}\b", init.read_text()):
+        if (
+            here.is_dir()
+            and not runnable
+            and init.is_file()
+            and re.search(rf"\b{re.escape(part)}\b", init.read_text())
+        ):
             return None
         return f"{dotted}: no module or package {part} in {here.relative_to(ROOT)}"
     if runnable and not (here / "__main__.py").is_file():
@@ -143,12 +168,16 @@ def path_problem(text: str) -> str | None:
     if wanted.exists():
         return None
     shown = str(wanted.relative_to(ROOT))
-    return f"path {text} does not exist" if shown == text.rstrip("/") else \
-        f"path {text} ({shown}) does not exist"
+    return (
+        f"path {text} does not exist"
+        if shown == text.rstrip("/")
+        else f"path {text} ({shown}) does not exist"
+    )
 
 
-def problems_in(span: Span, makes: set[str], subcommands: set[str],
-                executables: set[str]) -> list[str]:
+def problems_in(
+    span: Span, makes: set[str], subcommands: set[str], executables: set[str]
+) -> list[str]:
     found = []
     codes = [span.text] if span.code_block else INLINE_CODE.findall(span.text)
     for code in codes:
@@ -196,30 +225,49 @@ def problems_in(span: Span, makes: set[str], subcommands: set[str],
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_command_and_path_named_exists(doc):
     makes, subcommands, executables = makefile_targets(), cli_subcommands(), node_executables()
-    problems = [f"{span.where()}: {problem}" for span in spans(doc)
-                for problem in problems_in(span, makes, subcommands, executables)]
+    problems = [
+        f"{span.where()}: {problem}"
+        for span in spans(doc)
+        for problem in problems_in(span, makes, subcommands, executables)
+    ]
     assert not problems, "\n".join(problems)
 
 
 def test_the_checks_catch_what_they_are_for():
     doc = ROOT / "docs" / "probe.md"
-    lines = [("`make nothing-here` `omniflow fly` `config/none.yaml` `omniflow.graph.NOPE`", False),
-             ("[gone](gone.md) [anchor](design.md#no-such-heading) `python -m omniflow.nope`",
-              False),
-             ("`ros2 run omniflow ghost` `benchmarks/none.py` `ros2 launch omniflow x.launch.py`",
-              False),
-             ("make nowhere && .venv/bin/omniflow fly2 && python benchmarks/none2.py", True),
-             ("`make demo` `omniflow demo` `ros2 run omniflow camera` `omniflow.graph.TOPICS`",
-              False),
-             ("`ros2 launch omniflow pi.launch.py` `omniflow/msg/AudioChunk` `build/demo`", False)]
-    found = [problem for number, (line, code) in enumerate(lines, 1)
-             for problem in problems_in(Span(doc, number, line, code), makefile_targets(),
-                                        cli_subcommands(), node_executables())]
-    expected = ["make nothing-here", "omniflow fly", "config/none.yaml",
-                "no NOPE in src/omniflow/graph.py", "gone.md does not exist",
-                "no heading #no-such-heading", "no module or package nope",
-                "ros2 run omniflow ghost", "benchmarks/none.py", "launch/x.launch.py",
-                "make nowhere", "omniflow fly2", "benchmarks/none2.py"]
+    lines = [
+        ("`make nothing-here` `omniflow fly` `config/none.yaml` `omniflow.graph.NOPE`", False),
+        ("[gone](gone.md) [anchor](design.md#no-such-heading) `python -m omniflow.nope`", False),
+        (
+            "`ros2 run omniflow ghost` `benchmarks/none.py` `ros2 launch omniflow x.launch.py`",
+            False,
+        ),
+        ("make nowhere && .venv/bin/omniflow fly2 && python benchmarks/none2.py", True),
+        ("`make demo` `omniflow demo` `ros2 run omniflow camera` `omniflow.graph.TOPICS`", False),
+        ("`ros2 launch omniflow pi.launch.py` `omniflow/msg/AudioChunk` `build/demo`", False),
+    ]
+    found = [
+        problem
+        for number, (line, code) in enumerate(lines, 1)
+        for problem in problems_in(
+            Span(doc, number, line, code), makefile_targets(), cli_subcommands(), node_executables()
+        )
+    ]
+    expected = [
+        "make nothing-here",
+        "omniflow fly",
+        "config/none.yaml",
+        "no NOPE in src/omniflow/graph.py",
+        "gone.md does not exist",
+        "no heading #no-such-heading",
+        "no module or package nope",
+        "ros2 run omniflow ghost",
+        "benchmarks/none.py",
+        "launch/x.launch.py",
+        "make nowhere",
+        "omniflow fly2",
+        "benchmarks/none2.py",
+    ]
     assert len(found) == len(expected), found
     for text in expected:
         assert any(text in problem for problem in found), (text, found)

@@ -20,7 +20,7 @@ from omniflow.errors import AudioFormatError, ConfigError
 
 RATE = 16_000
 CHUNK = 640
-BLOCK = 320          # the speech node's 20 ms blocks
+BLOCK = 320  # the speech node's 20 ms blocks
 T0 = 5_000_000_000_000
 
 
@@ -35,14 +35,19 @@ def espeak(text: str, voice: str, tmp_path: Path) -> np.ndarray:
 def voices(tmp_path_factory) -> tuple[np.ndarray, np.ndarray]:
     """(the robot's speech, the user's speech): two espeak-ng voices."""
     tmp = tmp_path_factory.mktemp("voices")
-    robot = espeak("The red box on the table is a parcel for the kitchen, and I can carry "
-                   "it there after charging.", "en-us", tmp)
+    robot = espeak(
+        "The red box on the table is a parcel for the kitchen, and I can carry "
+        "it there after charging.",
+        "en-us",
+        tmp,
+    )
     user = espeak("Stop, what is that blue thing?", "en-gb-scotland", tmp)
     return robot, user
 
 
-def room(played: np.ndarray, delay_ms: float, gain_db: float = -6.0, rt60: float = 0.25,
-         seed: int = 0) -> np.ndarray:
+def room(
+    played: np.ndarray, delay_ms: float, gain_db: float = -6.0, rt60: float = 0.25, seed: int = 0
+) -> np.ndarray:
     """The played signal as a microphone in a room hears it: delayed, attenuated,
     reverberant."""
     rng = np.random.default_rng(seed)
@@ -51,8 +56,8 @@ def room(played: np.ndarray, delay_ms: float, gain_db: float = -6.0, rt60: float
     tail[:48] = 0.0
     tail[0] = 1.0
     ir = np.concatenate([np.zeros(int(delay_ms * RATE / 1000)), tail])
-    ir *= 10 ** (gain_db / 20) / np.sqrt(np.sum(tail ** 2))
-    return np.convolve(played.astype(np.float64), ir)[:len(played)]
+    ir *= 10 ** (gain_db / 20) / np.sqrt(np.sum(tail**2))
+    return np.convolve(played.astype(np.float64), ir)[: len(played)]
 
 
 def pcm(x: np.ndarray) -> np.ndarray:
@@ -70,13 +75,14 @@ def run(mic: np.ndarray, played: np.ndarray | None, **options):
         stamp = T0 + i * CHUNK * NS_PER_SAMPLE
         if played is not None:
             for j in range(i * CHUNK // BLOCK, (i + 1) * CHUNK // BLOCK):
-                block = played[j * BLOCK:(j + 1) * BLOCK]
+                block = played[j * BLOCK : (j + 1) * BLOCK]
                 if np.any(block):
                     reference.add(T0 + j * BLOCK * NS_PER_SAMPLE, block)
-        result = gate.process(mic[i * CHUNK:(i + 1) * CHUNK], stamp)
+        result = gate.process(mic[i * CHUNK : (i + 1) * CHUNK], stamp)
         results.append(result)
-        starts += [(e.stamp_ns - T0) / 1e9 for e in vad.process(result.samples, stamp)
-                   if e.kind == "start"]
+        starts += [
+            (e.stamp_ns - T0) / 1e9 for e in vad.process(result.samples, stamp) if e.kind == "start"
+        ]
     return results, starts, gate
 
 
@@ -99,20 +105,20 @@ def test_the_robot_alone_starts_no_speech(voices, delay_ms):
 
 def test_the_user_alone_passes_unchanged_and_starts_speech(voices):
     _, user = voices
-    mic = pcm(np.concatenate([np.zeros(RATE // 2), user, np.zeros(RATE)])
-              + noise(len(user) + 3 * RATE // 2))
+    mic = pcm(
+        np.concatenate([np.zeros(RATE // 2), user, np.zeros(RATE)])
+        + noise(len(user) + 3 * RATE // 2)
+    )
     results, starts, _ = run(mic, np.zeros(len(mic), np.int16))
     assert all(math.isnan(r.echo_score) and not r.echo for r in results)
-    assert np.array_equal(np.concatenate([r.samples for r in results]),
-                          mic[:len(results) * CHUNK])
+    assert np.array_equal(np.concatenate([r.samples for r in results]), mic[: len(results) * CHUNK])
     assert len(starts) == 1 and 0.4 < starts[0] < 0.9
 
 
 def test_no_reference_passes_every_chunk_unchanged():
     mic = pcm(noise(10 * CHUNK, dbfs=-20))
     results, _, _ = run(mic, None)
-    assert all(math.isnan(r.echo_score) and not r.echo and math.isnan(r.delay_ms)
-               for r in results)
+    assert all(math.isnan(r.echo_score) and not r.echo and math.isnan(r.delay_ms) for r in results)
     assert np.array_equal(np.concatenate([r.samples for r in results]), mic)
 
 
@@ -123,9 +129,12 @@ def test_the_user_talking_over_the_robot_starts_speech(voices, user_db):
     echo = room(played, 120)
     talk = np.zeros(len(played))
     onset = int(1.5 * RATE)
-    level = np.sqrt(np.mean(echo[:len(robot)] ** 2)) / np.sqrt(np.mean(
-        user[np.abs(user) > 100].astype(np.float64) ** 2)) * 10 ** (user_db / 20)
-    talk[onset:onset + len(user)] = user[:len(played) - onset] * level
+    level = (
+        np.sqrt(np.mean(echo[: len(robot)] ** 2))
+        / np.sqrt(np.mean(user[np.abs(user) > 100].astype(np.float64) ** 2))
+        * 10 ** (user_db / 20)
+    )
+    talk[onset : onset + len(user)] = user[: len(played) - onset] * level
     mic = pcm(echo + talk + noise(len(played)))
     _, starts, _ = run(mic, played)
     assert any(1.4 < s < 2.2 for s in starts), starts
@@ -157,19 +166,21 @@ def test_reset_forgets_the_echo_path(voices):
 
 
 @settings(max_examples=40, deadline=None)
-@given(blocks=st.lists(st.tuples(st.integers(0, 4000), st.integers(1, 400)), min_size=1,
-                       max_size=12),
-       start=st.integers(-1000, 4000), count=st.integers(1, 2000))
+@given(
+    blocks=st.lists(st.tuples(st.integers(0, 4000), st.integers(1, 400)), min_size=1, max_size=12),
+    start=st.integers(-1000, 4000),
+    count=st.integers(1, 2000),
+)
 def test_reference_window_places_each_block_at_its_stamp(blocks, start, count):
     reference = EchoReference(history_ms=10_000)
     expected = np.zeros(10_000, np.float32)
     for offset, length in sorted(blocks):
         values = np.arange(1, length + 1, dtype=np.float32) + offset
         reference.add(T0 + offset * NS_PER_SAMPLE, values)
-        expected[offset:offset + length] = values
+        expected[offset : offset + length] = values
     window = reference.window(T0 + start * NS_PER_SAMPLE, count)
     full = np.concatenate([np.zeros(1000, np.float32), expected])
-    assert np.array_equal(window, full[start + 1000:start + 1000 + count])
+    assert np.array_equal(window, full[start + 1000 : start + 1000 + count])
 
 
 def test_reference_history_is_bounded_and_cleared_by_a_clock_jump_back():
@@ -181,16 +192,29 @@ def test_reference_history_is_bounded_and_cleared_by_a_clock_jump_back():
     assert len(reference) == 1
 
 
-@pytest.mark.parametrize("bad, why", [(np.zeros((2, 2), np.int16), "mono"),
-                                      (np.zeros(0, np.int16), "mono"),
-                                      (np.array([np.nan], np.float32), "NaN")])
+@pytest.mark.parametrize(
+    "bad, why",
+    [
+        (np.zeros((2, 2), np.int16), "mono"),
+        (np.zeros(0, np.int16), "mono"),
+        (np.array([np.nan], np.float32), "NaN"),
+    ],
+)
 def test_bad_reference_blocks_are_refused(bad, why):
     with pytest.raises(AudioFormatError, match=why):
         EchoReference().add(T0, bad)
 
 
-@pytest.mark.parametrize("option", [{"suppress_score": 0.0}, {"max_delay_ms": -1.0},
-                                    {"reverb_ms": 5000.0}, {"over": 0.1}, {"confirm": 0}])
+@pytest.mark.parametrize(
+    "option",
+    [
+        {"suppress_score": 0.0},
+        {"max_delay_ms": -1.0},
+        {"reverb_ms": 5000.0},
+        {"over": 0.1},
+        {"confirm": 0},
+    ],
+)
 def test_bad_options_are_refused_naming_the_allowed_range(option):
     with pytest.raises(ConfigError, match=next(iter(option))):
         EchoGate(EchoReference(), **option)

@@ -174,8 +174,9 @@ class PassGate:
     def process(self, samples: np.ndarray, stamp_ns: int) -> EchoOut:
         self.seen.append(stamp_ns)
         covered = any(s <= stamp_ns < e for s, e in self.reference.blocks)
-        return EchoOut(samples, 1.0 if covered else math.nan, covered, 20.0 if covered
-                       else math.nan)
+        return EchoOut(
+            samples, 1.0 if covered else math.nan, covered, 20.0 if covered else math.nan
+        )
 
     def reset(self) -> None:
         self.resets += 1
@@ -183,18 +184,26 @@ class PassGate:
 
 # ----------------------------------------------------------------------------- driving
 def config(**overrides) -> FusionConfig:
-    values = dict(ring_capacity=128, window_before_ns=80 * NS_PER_MS,
-                  window_after_ns=120 * NS_PER_MS, slice_ns=40 * NS_PER_MS,
-                  max_utterance_ns=15 * NS_PER_S, vision_rate_hz=5.0,
-                  echo_wait_ns=60 * NS_PER_MS, max_future_ns=NS_PER_S)
+    values = dict(
+        ring_capacity=128,
+        window_before_ns=80 * NS_PER_MS,
+        window_after_ns=120 * NS_PER_MS,
+        slice_ns=40 * NS_PER_MS,
+        max_utterance_ns=15 * NS_PER_S,
+        vision_rate_hz=5.0,
+        echo_wait_ns=60 * NS_PER_MS,
+        max_future_ns=NS_PER_S,
+    )
     values.update(overrides)
     return FusionConfig(**values)
 
 
-def make(vad: ScriptedVad | None = None, *, echo: bool = False, vision: bool = False,
-         **overrides) -> tuple[FusionPipeline, FusionEngines]:
-    engines = FusionEngines(vad or ScriptedVad(), ScriptedRecognizer(),
-                            ScriptedVision() if vision else None)
+def make(
+    vad: ScriptedVad | None = None, *, echo: bool = False, vision: bool = False, **overrides
+) -> tuple[FusionPipeline, FusionEngines]:
+    engines = FusionEngines(
+        vad or ScriptedVad(), ScriptedRecognizer(), ScriptedVision() if vision else None
+    )
     if echo:
         reference = PlayedReference()
         engines.echo = EchoStage(PassGate(reference), reference, ScriptedVad())
@@ -208,8 +217,9 @@ def chunk(level: int, index: int = 0) -> np.ndarray:
     return samples
 
 
-def feed(pipeline: FusionPipeline, levels: list[int], start_ns: int = T0,
-         frames_every_ns: int = 0) -> list:
+def feed(
+    pipeline: FusionPipeline, levels: list[int], start_ns: int = T0, frames_every_ns: int = 0
+) -> list:
     """Push one chunk per level from ``start_ns`` and step at each chunk's end; frames (a
     blank image) every ``frames_every_ns``; return every event."""
     events = []
@@ -220,8 +230,7 @@ def feed(pipeline: FusionPipeline, levels: list[int], start_ns: int = T0,
         if frames_every_ns and next_frame <= stamp:
             frame = (next_frame, np.zeros((4, 4, 3), np.uint8))
             next_frame += frames_every_ns
-        events += pipeline.step(stamp + CHUNK_NS, audio=[(stamp, chunk(level, i))],
-                                frame=frame)
+        events += pipeline.step(stamp + CHUNK_NS, audio=[(stamp, chunk(level, i))], frame=frame)
     return events
 
 
@@ -239,14 +248,14 @@ def test_the_recogniser_gets_the_speech_from_its_first_chunk_through_the_preroll
     pipeline, engines = make(ScriptedVad(confirm=confirm))
     events = feed(pipeline, [QUIET] * 20 + [LOUD] * 20 + [QUIET] * 10)
     first_loud = T0 + 20 * CHUNK_NS
-    start, = activity(events, Activity.START)
+    (start,) = activity(events, Activity.START)
     assert start.stamp_ns == first_loud and start.utterance_id == 1
     assert start.speech_s == pytest.approx(confirm * CHUNK_NS / NS_PER_S)
-    utterance, = engines.recognizer.utterances
+    (utterance,) = engines.recognizer.utterances
     assert utterance["start_ns"] == first_loud
     fed = [int(c[0]) for c in utterance["chunks"]]
     assert fed[:20] == list(range(20, 40))  # every loud chunk, in order, none twice
-    final, = [e for e in of(events, TranscriptEvent) if e.final]
+    (final,) = [e for e in of(events, TranscriptEvent) if e.final]
     assert (final.utterance_id, final.start_ns) == (1, first_loud)
     assert final.end_ns == T0 + 40 * CHUNK_NS
     assert pipeline.stats.speech_starts == pipeline.stats.speech_ends == 1
@@ -256,7 +265,7 @@ def test_a_start_older_than_the_preroll_feeds_what_the_preroll_kept():
     confirm = PREROLL_NS // CHUNK_NS + 5
     pipeline, engines = make(ScriptedVad(confirm=confirm))
     feed(pipeline, [LOUD] * (confirm + 2))
-    utterance, = engines.recognizer.utterances
+    (utterance,) = engines.recognizer.utterances
     assert T0 < utterance["start_ns"] <= T0 + (confirm - PREROLL_NS // CHUNK_NS) * CHUNK_NS
 
 
@@ -264,7 +273,7 @@ def test_a_start_older_than_the_preroll_feeds_what_the_preroll_kept():
 def test_speech_longer_than_max_utterance_is_cut_and_still_gets_its_final(max_s):
     pipeline, engines = make(ScriptedVad(confirm=1), max_utterance_ns=max_s * NS_PER_S)
     events = feed(pipeline, [LOUD] * (max_s * 25 + 10) + [QUIET] * 10)
-    cut, = [e for e in activity(events, Activity.END) if e.cut]
+    (cut,) = [e for e in activity(events, Activity.END) if e.cut]
     assert cut.utterance_id == 1
     assert cut.stamp_ns - T0 > max_s * NS_PER_S
     assert cut.stamp_ns - T0 <= max_s * NS_PER_S + CHUNK_NS
@@ -291,7 +300,7 @@ def test_a_stream_that_goes_back_in_time_ends_speech_and_starts_afresh(speaking)
         assert ends[0].stamp_ns == last_end and ends[0].utterance_id == 1
     assert engines.vad.resets == resets + 1
     assert engines.echo.gate.resets == 1 and engines.echo.raw_vad.resets == 1
-    start, = activity(later, Activity.START)
+    (start,) = activity(later, Activity.START)
     assert start.utterance_id == 2 and start.stamp_ns == T0 - 10 * NS_PER_S
     # the preroll held nothing of the old stream
     assert engines.recognizer.utterances[-1]["start_ns"] == T0 - 10 * NS_PER_S
@@ -309,9 +318,9 @@ def test_stamps_a_little_out_of_order_are_no_restart():
 def test_a_chunk_waits_for_its_played_reference_while_the_robot_speaks(wait_ms):
     pipeline, engines = make(echo=True, echo_wait_ns=wait_ms * NS_PER_MS)
     gate = engines.echo.gate
-    played = np.zeros(CHUNK_SAMPLES * 5, np.int16)       # 200 ms of the robot's voice
+    played = np.zeros(CHUNK_SAMPLES * 5, np.int16)  # 200 ms of the robot's voice
     pipeline.step(T0, played=[(T0, played)])
-    mic = T0 + 5 * CHUNK_NS                              # the 40 ms right after it
+    mic = T0 + 5 * CHUNK_NS  # the 40 ms right after it
     mic_end = mic + CHUNK_NS
     pipeline.step(mic_end + 10 * NS_PER_MS, audio=[(mic, chunk(QUIET))])
     assert gate.seen == ([] if wait_ms > 10 else [mic])
@@ -342,7 +351,7 @@ def test_a_chunk_waits_no_longer_than_the_echo_wait(wait_ms):
 def test_chunks_do_not_wait_when_the_robot_is_silent():
     pipeline, engines = make(echo=True)
     pipeline.step(T0, played=[(T0, np.zeros(CHUNK_SAMPLES, np.int16))])
-    mic = T0 + 2 * NS_PER_S                               # long after the robot stopped
+    mic = T0 + 2 * NS_PER_S  # long after the robot stopped
     pipeline.step(mic + CHUNK_NS, audio=[(mic, chunk(QUIET))])
     assert engines.echo.gate.seen == [mic]
 
@@ -360,8 +369,11 @@ def test_finals_handed_over_late_keep_their_utterance_and_order():
     engines.recognizer.hold = False
     later = feed(pipeline, [QUIET] * 3, start_ns=T0 + 30 * CHUNK_NS)
     finals = [e for e in of(later, TranscriptEvent) if e.final]
-    assert [(f.utterance_id, f.text) for f in finals] == \
-        [(1, "utterance 1"), (2, "utterance 2"), (3, "utterance 3")]
+    assert [(f.utterance_id, f.text) for f in finals] == [
+        (1, "utterance 1"),
+        (2, "utterance 2"),
+        (3, "utterance 3"),
+    ]
     assert [f.end_ns for f in finals] == [e.stamp_ns for e in ends]
     assert [f.start_ns for f in finals] == [T0 + i * 10 * CHUNK_NS for i in range(3)]
     assert pipeline.stats.finals == 3 and pipeline.finals_due == 0
@@ -374,7 +386,7 @@ def test_a_failing_final_is_counted_and_loses_only_that_utterance():
     engines.recognizer.hold = False
     engines.recognizer.fail_next_poll = True
     events = feed(pipeline, [QUIET] * 3, start_ns=T0 + 12 * CHUNK_NS)
-    error, = of(events, StageError)
+    (error,) = of(events, StageError)
     assert error.stage == "audio" and isinstance(error.error, EngineError)
     assert pipeline.stats.engine_errors == 1
     assert [e.utterance_id for e in of(events, TranscriptEvent) if e.final] == [2]
@@ -402,7 +414,7 @@ def test_frames_are_encoded_at_the_vision_rate(rate_hz, expected):
 
 def test_the_vision_rate_is_live_and_a_frame_older_than_the_last_is_encoded_at_once():
     pipeline, engines = make(vision=True, vision_rate_hz=1.0)
-    feed(pipeline, [QUIET] * 20, frames_every_ns=NS_PER_S // 15)    # 0.8 s
+    feed(pipeline, [QUIET] * 20, frames_every_ns=NS_PER_S // 15)  # 0.8 s
     assert len(engines.vision.stamps) == 1
     pipeline.set_vision_rate(10.0)
     feed(pipeline, [QUIET] * 25, start_ns=T0 + NS_PER_S, frames_every_ns=NS_PER_S // 15)
@@ -413,10 +425,11 @@ def test_the_vision_rate_is_live_and_a_frame_older_than_the_last_is_encoded_at_o
 
 def test_a_speech_start_is_associated_with_the_frames_in_its_window():
     pipeline, engines = make(ScriptedVad(confirm=2), vision=True, vision_rate_hz=30.0)
-    events = feed(pipeline, [QUIET] * 25 + [LOUD] * 10 + [QUIET] * 15,
-                  frames_every_ns=NS_PER_S // 25)   # a frame on every chunk
-    start, = activity(events, Activity.START)
-    decision, = of(events, Decision)
+    events = feed(
+        pipeline, [QUIET] * 25 + [LOUD] * 10 + [QUIET] * 15, frames_every_ns=NS_PER_S // 25
+    )  # a frame on every chunk
+    (start,) = activity(events, Activity.START)
+    (decision,) = of(events, Decision)
     t = start.stamp_ns
     assert decision.trigger.stamp_ns == t and decision.trigger.modality == Modality.AUDIO
     assert decision.decided_ns >= t + 120 * NS_PER_MS
@@ -463,12 +476,14 @@ class Buffers:
 
 def test_a_source_is_pulled_again_for_audio_that_arrives_during_the_pass():
     engines = FusionEngines(ScriptedVad(), ScriptedRecognizer(), ScriptedVision())
-    frames = [(T0, np.zeros((4, 4, 3), np.uint8)), (T0 + 20 * NS_PER_MS, np.zeros((4, 4, 3),
-                                                                                 np.uint8))]
+    frames = [
+        (T0, np.zeros((4, 4, 3), np.uint8)),
+        (T0 + 20 * NS_PER_MS, np.zeros((4, 4, 3), np.uint8)),
+    ]
     source = Buffers([(T0, chunk(QUIET))], [(T0 + CHUNK_NS, chunk(QUIET))], frames)
     pipeline = FusionPipeline(config(), engines, source=source, clock=lambda: 0)
-    pipeline.step(T0)                       # anchors the slices: no slice ran
+    pipeline.step(T0)  # anchors the slices: no slice ran
     assert pipeline.ring.stats.inserted == 2 and source.frames_taken == 0
-    pipeline.step(T0 + 2 * CHUNK_NS)        # a slice: the newest frame, at its ingest stage
+    pipeline.step(T0 + 2 * CHUNK_NS)  # a slice: the newest frame, at its ingest stage
     assert source.frames_taken == 1
     assert engines.vision.stamps == [T0 + 20 * NS_PER_MS]

@@ -26,11 +26,14 @@ SHARE = "/opt/ros/share/omniflow"
 CAMERA_ENV = {DDS_PROFILE_VARIABLE: "/x/large_frames.xml"}
 
 
-@pytest.mark.parametrize(("name", "yaml_file", "nodes", "sim_time"), [
-    ("pc", "robot.yaml", GRAPH_NODES, False),
-    ("pi", "pi.yaml", GRAPH_NODES, False),
-    ("replay", "replay.yaml", tuple(n for n in GRAPH_NODES if n not in CAPTURE_NODES), True),
-])
+@pytest.mark.parametrize(
+    ("name", "yaml_file", "nodes", "sim_time"),
+    [
+        ("pc", "robot.yaml", GRAPH_NODES, False),
+        ("pi", "pi.yaml", GRAPH_NODES, False),
+        ("replay", "replay.yaml", tuple(n for n in GRAPH_NODES if n not in CAPTURE_NODES), True),
+    ],
+)
 def test_each_profile_has_its_nodes_params_file_and_clock(name, yaml_file, nodes, sim_time):
     described = launch_nodes(name, SHARE, camera_env=CAMERA_ENV)
     assert [n.name for n in described] == list(nodes)
@@ -84,14 +87,27 @@ def test_an_unknown_profile_is_refused_naming_the_known_ones():
 def test_profile_nodes_merge_yaml_overrides_and_sim_time(tmp_path, monkeypatch):
     monkeypatch.delenv(DDS_PROFILE_VARIABLE, raising=False)
     params = tmp_path / "mine.yaml"
-    params.write_text(yaml.safe_dump({
-        "/**": {"ros__parameters": {"frame_id": "base"}},
-        "speech": {"ros__parameters": {"sink": "wav", "wav.path": "/tmp/x.wav"}},
-        "fusion": {"ros__parameters": {"vision.rate_hz": 2.0}}}))
-    specs = {s.name: s for s in profile_nodes("replay", SHARE, "/r", params_file=str(params),
-                                              overrides={"speech": {"sink": "null"}})}
-    assert specs["speech"].parameters == {"frame_id": "base", "sink": "null",
-                                          "wav.path": "/tmp/x.wav", "use_sim_time": True}
+    params.write_text(
+        yaml.safe_dump(
+            {
+                "/**": {"ros__parameters": {"frame_id": "base"}},
+                "speech": {"ros__parameters": {"sink": "wav", "wav.path": "/tmp/x.wav"}},
+                "fusion": {"ros__parameters": {"vision.rate_hz": 2.0}},
+            }
+        )
+    )
+    specs = {
+        s.name: s
+        for s in profile_nodes(
+            "replay", SHARE, "/r", params_file=str(params), overrides={"speech": {"sink": "null"}}
+        )
+    }
+    assert specs["speech"].parameters == {
+        "frame_id": "base",
+        "sink": "null",
+        "wav.path": "/tmp/x.wav",
+        "use_sim_time": True,
+    }
     assert specs["fusion"].parameters["vision.rate_hz"] == 2.0
     assert {s.namespace for s in specs.values()} == {"/r"}
 
@@ -122,8 +138,7 @@ def test_output_topics_follow_the_nodes_by_name():
     today = {t.name for t in graph.output_topics(("fusion", "speech"))}
     assert {"transcript", "associations", "speech_state"} <= today
     assert "response" not in today and "audio" not in today
-    later = {t.name for t in graph.output_topics(("fusion", "speech", "dialogue",
-                                                  "power_manager"))}
+    later = {t.name for t in graph.output_topics(("fusion", "speech", "dialogue", "power_manager"))}
     assert {"response", "dialogue_state", "user_said", "power_state"} <= later
 
 
@@ -159,8 +174,7 @@ def test_the_base_launch_file_declares_the_profile_and_the_camera_dds_profile():
     assert arguments["profile"].default in PROFILES
 
 
-@pytest.mark.parametrize(("name", "profile"), [("robot", "pc"), ("pi", "pi"),
-                                               ("replay", "replay")])
+@pytest.mark.parametrize(("name", "profile"), [("robot", "pc"), ("pi", "pi"), ("replay", "replay")])
 def test_profile_launch_files_include_the_base_with_their_profile(name, profile):
     source = (ROOT / "launch" / f"{name}.launch.py").read_text()
     assert f'profile_launch("{profile}"' in source
@@ -172,8 +186,12 @@ def test_the_base_launch_file_takes_its_nodes_from_the_graph():
 
 
 def test_launch_node_actions_carry_respawn_sim_time_log_level_and_camera_env():
-    actions = {a["name"]: a for a in graph.launch_node_actions(
-        "pc", SHARE, namespace="/r1", log_level="debug", camera_dds_profile="/x/mine.xml")}
+    actions = {
+        a["name"]: a
+        for a in graph.launch_node_actions(
+            "pc", SHARE, namespace="/r1", log_level="debug", camera_dds_profile="/x/mine.xml"
+        )
+    }
     assert list(actions) == list(GRAPH_NODES)
     assert {n for n, a in actions.items() if a["respawn"]} == set(CAPTURE_NODES)
     assert actions["camera"]["additional_env"] == {DDS_PROFILE_VARIABLE: "/x/mine.xml"}
@@ -194,14 +212,17 @@ def test_launch_node_actions_use_the_clock_when_asked_or_in_replay():
 
 
 def test_launch_node_actions_default_to_the_packaged_camera_profile_and_yaml():
-    actions = {a["name"]: a for a in graph.launch_node_actions(
-        "pi", SHARE, params_file="/home/me/pi.yaml")}
+    actions = {
+        a["name"]: a for a in graph.launch_node_actions("pi", SHARE, params_file="/home/me/pi.yaml")
+    }
     assert actions["camera"]["additional_env"] == {
-        DDS_PROFILE_VARIABLE: f"{SHARE}/config/fastdds/large_frames.xml"}
+        DDS_PROFILE_VARIABLE: f"{SHARE}/config/fastdds/large_frames.xml"
+    }
     assert {a["parameters"][0] for a in actions.values()} == {"/home/me/pi.yaml"}
 
 
 def test_readme_topic_table_is_generated_from_the_graph():
     block = f"<!-- topics -->\n{graph.topic_table()}\n<!-- /topics -->"
-    assert block in (ROOT / "README.md").read_text(), \
+    assert block in (ROOT / "README.md").read_text(), (
         "README's topic table is out of date: paste the output of `python -m omniflow.graph`"
+    )

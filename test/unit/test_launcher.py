@@ -75,11 +75,19 @@ def test_argv_runs_the_module_with_name_params_file_and_log_level() -> None:
 
 
 def test_argv_adds_namespace_and_remappings() -> None:
-    spec = NodeSpec(module="m", name="mic", namespace="/robot1",
-                    remappings={"audio": "mic/audio", "/diagnostics": "/diag"})
+    spec = NodeSpec(
+        module="m",
+        name="mic",
+        namespace="/robot1",
+        remappings={"audio": "mic/audio", "/diagnostics": "/diag"},
+    )
     argv = spec.argv(Path("p.yaml"))
-    assert pairs(argv, "-r") == ["__node:=mic", "__ns:=/robot1", "audio:=mic/audio",
-                                 "/diagnostics:=/diag"]
+    assert pairs(argv, "-r") == [
+        "__node:=mic",
+        "__ns:=/robot1",
+        "audio:=mic/audio",
+        "/diagnostics:=/diag",
+    ]
     assert argv.index("--ros-args") < argv.index("-r")
 
 
@@ -136,8 +144,10 @@ def start(module_dir: Path) -> Iterator[Callable[..., NodeProcess]]:
     started: list[NodeProcess] = []
 
     def _start(module: str, parameters: dict | None = None, **env: str) -> NodeProcess:
-        process = NodeProcess(NodeSpec(module=module, name="probe", parameters=parameters or {}),
-                              env={"PYTHONPATH": str(module_dir), **env})
+        process = NodeProcess(
+            NodeSpec(module=module, name="probe", parameters=parameters or {}),
+            env={"PYTHONPATH": str(module_dir), **env},
+        )
         started.append(process)
         return process
 
@@ -249,6 +259,7 @@ def ros_launch():
     """The ``launch`` package (ROS 2's, or the vendored Jazzy sources)."""
     try:
         import launch
+
         if getattr(launch, "__file__", None):  # not this checkout's launch/ directory
             return launch
     except ImportError:
@@ -256,15 +267,19 @@ def ros_launch():
     sys.modules.pop("launch", None)
     vendor = _vendored_launch()
     if vendor is None:
-        pytest.skip("ROS 2's launch package is not installed and ../shared/vendor/ros-jazzy "
-                    "(its sources) is absent")
+        pytest.skip(
+            "ROS 2's launch package is not installed and ../shared/vendor/ros-jazzy "
+            "(its sources) is absent"
+        )
     sys.path.insert(0, str(vendor))
     try:
         import launch
     except ImportError as err:
         sys.path.remove(str(vendor))
-        pytest.skip(f"cannot import the vendored launch package: {err} "
-                    "(osrf-pycommon is in requirements/dev.txt)")
+        pytest.skip(
+            f"cannot import the vendored launch package: {err} "
+            "(osrf-pycommon is in requirements/dev.txt)"
+        )
     return launch
 
 
@@ -288,21 +303,28 @@ def performed(substitutions, context) -> str:
     return perform_substitutions(context, normalize_to_list_of_substitutions(substitutions))
 
 
-@pytest.mark.parametrize(("name", "profile", "sim_time", "extra"), [
-    ("robot.launch.py", "pc", "false", ()),
-    ("pi.launch.py", "pi", "false", ()),
-    ("replay.launch.py", "replay", "true", ("bag", "rate")),
-])
+@pytest.mark.parametrize(
+    ("name", "profile", "sim_time", "extra"),
+    [
+        ("robot.launch.py", "pc", "false", ()),
+        ("pi.launch.py", "pi", "false", ()),
+        ("replay.launch.py", "replay", "true", ("bag", "rate")),
+    ],
+)
 def test_profile_launch_files_declare_the_standard_arguments_and_include_the_base(
-        ros_launch, name, profile, sim_time, extra) -> None:
+    ros_launch, name, profile, sim_time, extra
+) -> None:
     from launch.actions import IncludeLaunchDescription
 
     description = load_launch_file(name)
     arguments = declared(description)
     assert tuple(arguments) == (*STANDARD, *extra)
     assert all(a.description for a in arguments.values())
-    assert [performed(a.default_value, ros_launch.LaunchContext())
-            for a in arguments.values() if a.name in STANDARD] == ["", sim_time, "", "info"]
+    assert [
+        performed(a.default_value, ros_launch.LaunchContext())
+        for a in arguments.values()
+        if a.name in STANDARD
+    ] == ["", sim_time, "", "info"]
     (include,) = [e for e in description.entities if isinstance(e, IncludeLaunchDescription)]
 
     context = ros_launch.LaunchContext()
@@ -320,12 +342,21 @@ def test_profile_launch_files_declare_the_standard_arguments_and_include_the_bas
 def test_the_replay_launch_file_plays_the_bag_into_the_namespace(ros_launch) -> None:
     from launch.actions import ExecuteProcess
 
-    (player,) = [e for e in load_launch_file("replay.launch.py").entities
-                 if isinstance(e, ExecuteProcess)]
+    (player,) = [
+        e for e in load_launch_file("replay.launch.py").entities if isinstance(e, ExecuteProcess)
+    ]
     context = ros_launch.LaunchContext()
     context.launch_configurations.update(bag="/b.mcap", rate="2.0", namespace="/r1")
     assert [performed(part, context) for part in player.cmd] == [
-        "omniflow", "replay", "/b.mcap", "--clock", "--rate", "2.0", "--namespace", "/r1"]
+        "omniflow",
+        "replay",
+        "/b.mcap",
+        "--clock",
+        "--rate",
+        "2.0",
+        "--namespace",
+        "/r1",
+    ]
     assert declared(load_launch_file("replay.launch.py"))["bag"].default_value is None
 
 
@@ -336,8 +367,16 @@ def test_the_base_launch_file_declares_its_arguments_then_starts_the_nodes(ros_l
     arguments = declared(description)
     assert tuple(arguments) == ("profile", *STANDARD, "camera_dds_profile")
     assert arguments["profile"].choices == ["pc", "pi", "replay"]
-    defaults = {name: performed(a.default_value, ros_launch.LaunchContext())
-                for name, a in arguments.items()}
-    assert defaults == {"profile": "pc", "namespace": "", "use_sim_time": "false",
-                        "params_file": "", "log_level": "info", "camera_dds_profile": ""}
+    defaults = {
+        name: performed(a.default_value, ros_launch.LaunchContext())
+        for name, a in arguments.items()
+    }
+    assert defaults == {
+        "profile": "pc",
+        "namespace": "",
+        "use_sim_time": "false",
+        "params_file": "",
+        "log_level": "info",
+        "camera_dds_profile": "",
+    }
     assert isinstance(description.entities[-1], OpaqueFunction)

@@ -35,11 +35,22 @@ def tiny_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_tiny_gguf(tmp_path_factory.mktemp("llm") / "tiny.gguf")
 
 
-def _backend(path: Path, *, n_ctx: int = 1024, max_tokens: int = 24, prompt_chunk: int = 16,
-             fmt: PromptFormat = NO_STOP) -> LlamaCppBackend:
-    backend = LlamaCppBackend(path, n_ctx=n_ctx, threads=1, seed=7, fmt=fmt,
-                              sampling=Sampling(temperature=0.0, max_tokens=max_tokens,
-                                                 prompt_chunk=prompt_chunk))
+def _backend(
+    path: Path,
+    *,
+    n_ctx: int = 1024,
+    max_tokens: int = 24,
+    prompt_chunk: int = 16,
+    fmt: PromptFormat = NO_STOP,
+) -> LlamaCppBackend:
+    backend = LlamaCppBackend(
+        path,
+        n_ctx=n_ctx,
+        threads=1,
+        seed=7,
+        fmt=fmt,
+        sampling=Sampling(temperature=0.0, max_tokens=max_tokens, prompt_chunk=prompt_chunk),
+    )
     backend.load()
     return backend
 
@@ -86,14 +97,18 @@ def test_load_close_and_load_again(tiny_path: Path) -> None:
 
 
 def test_streams_deltas_and_fills_stats(backend: LlamaCppBackend) -> None:
-    deltas = list(backend.generate(Prompt(SYSTEM, user="hello robot"),
-                                   cancel=threading.Event(), max_tokens=20))
+    deltas = list(
+        backend.generate(
+            Prompt(SYSTEM, user="hello robot"), cancel=threading.Event(), max_tokens=20
+        )
+    )
     stats = backend.last_stats
     assert len(deltas) > 1 and all(deltas)
     assert stats.generated_tokens == 20 and stats.stop_reason == "length"
     assert stats.prompt_tokens == stats.evaluated_tokens + stats.reused_tokens
-    assert stats.prompt_tokens == backend.count_tokens(NO_STOP.render(
-        Prompt(SYSTEM, user="hello robot")))
+    assert stats.prompt_tokens == backend.count_tokens(
+        NO_STOP.render(Prompt(SYSTEM, user="hello robot"))
+    )
     assert 0 < stats.first_token_s <= stats.total_s
     assert not stats.cancelled and stats.turns_dropped == 0
 
@@ -108,15 +123,14 @@ def test_stop_strings_never_appear_in_the_output(tiny_path: Path) -> None:
     cut, stats = _run(stopped, prompt)
     stopped.close()
     assert stop not in cut
-    assert cut == text[:text.find(stop)]
+    assert cut == text[: text.find(stop)]
     assert stats.stop_reason == "stop"
 
 
 def test_cancel_mid_generation_stops_within_one_token(backend: LlamaCppBackend) -> None:
     cancel = threading.Event()
     received = []
-    for delta in backend.generate(Prompt(SYSTEM, user="hello"), cancel=cancel,
-                                  max_tokens=500):
+    for delta in backend.generate(Prompt(SYSTEM, user="hello"), cancel=cancel, max_tokens=500):
         received.append(delta)
         if len(received) == 3:
             cancel.set()
@@ -147,18 +161,21 @@ def test_second_generate_evaluates_only_the_new_tail(backend: LlamaCppBackend) -
     assert again == answer  # greedy, same prompt: the reused cache gives the same answer
     assert stats.evaluated_tokens == 1 and stats.reused_tokens == stats.prompt_tokens - 1
     # Next turn: the history grows at its end, so system + old turn stay cached.
-    second = Prompt(SYSTEM, history=(Turn("user", "hello robot"), Turn("robot", answer)),
-                    user="what is this")
+    second = Prompt(
+        SYSTEM, history=(Turn("user", "hello robot"), Turn("robot", answer)), user="what is this"
+    )
     _, stats = _run(backend, second)
     warm_part = backend.count_tokens(NO_STOP.render(first, open_turn=False))
     assert stats.reused_tokens >= warm_part
     assert stats.evaluated_tokens == stats.prompt_tokens - stats.reused_tokens
     # A new scene costs only the tokens from the scene on: the history stays warm.
-    third = Prompt(SYSTEM, history=second.history, scene="a red box on a table",
-                   user="what is this")
+    third = Prompt(
+        SYSTEM, history=second.history, scene="a red box on a table", user="what is this"
+    )
     _, stats = _run(backend, third)
-    assert stats.reused_tokens >= backend.count_tokens(NO_STOP.render(
-        Prompt(SYSTEM, history=second.history), open_turn=False))
+    assert stats.reused_tokens >= backend.count_tokens(
+        NO_STOP.render(Prompt(SYSTEM, history=second.history), open_turn=False)
+    )
 
 
 def test_warm_feeds_the_growing_user_text(backend: LlamaCppBackend) -> None:
@@ -199,8 +216,7 @@ def test_a_long_warm_gives_way_to_generate_within_one_chunk(tiny_path: Path) -> 
                 backend._generate_waiting.set()
             return False
 
-    evaluated = backend.warm(Prompt(SYSTEM, user="the red box " * 150),
-                             cancel=GenerateArrives())
+    evaluated = backend.warm(Prompt(SYSTEM, user="the red box " * 150), cancel=GenerateArrives())
     backend._generate_waiting.clear()
     backend.close()
     assert evaluated == 2 * 16
@@ -209,8 +225,9 @@ def test_a_long_warm_gives_way_to_generate_within_one_chunk(tiny_path: Path) -> 
 def test_generate_while_another_thread_warms(tiny_path: Path) -> None:
     backend = _backend(tiny_path, n_ctx=4096, prompt_chunk=8)
     warmed: list[int] = []
-    thread = threading.Thread(target=lambda: warmed.append(
-        backend.warm(Prompt(SYSTEM, user="the red box " * 150))))
+    thread = threading.Thread(
+        target=lambda: warmed.append(backend.warm(Prompt(SYSTEM, user="the red box " * 150)))
+    )
     thread.start()
     text, stats = _run(backend, Prompt(SYSTEM, user="hello"), max_tokens=8)
     thread.join(timeout=60)
@@ -221,8 +238,9 @@ def test_generate_while_another_thread_warms(tiny_path: Path) -> None:
 
 def test_a_prompt_longer_than_the_context_drops_the_oldest_turns(tiny_path: Path) -> None:
     backend = _backend(tiny_path, n_ctx=256, max_tokens=16)
-    history = tuple(Turn("user" if i % 2 == 0 else "robot", f"turn number {i} about a box")
-                    for i in range(40))
+    history = tuple(
+        Turn("user" if i % 2 == 0 else "robot", f"turn number {i} about a box") for i in range(40)
+    )
     prompt = Prompt(SYSTEM, history=history, user="what is this")
     text, stats = _run(backend, prompt)
     assert text and stats.turns_dropped > 0
@@ -244,14 +262,18 @@ def test_threads_and_sampling_change_without_reload(backend: LlamaCppBackend) ->
         backend.update({"llm.threads": 0})
 
 
-@pytest.mark.parametrize("content, match", [
-    (None, "does not exist"),
-    (b"", "is empty"),
-    (b"hello, this is a text file\n", "is not a GGUF file"),
-    (b"GGUF\x03\x00", "truncated"),
-])
-def test_bad_model_files_get_a_clear_error(tmp_path: Path, content: bytes | None,
-                                           match: str) -> None:
+@pytest.mark.parametrize(
+    "content, match",
+    [
+        (None, "does not exist"),
+        (b"", "is empty"),
+        (b"hello, this is a text file\n", "is not a GGUF file"),
+        (b"GGUF\x03\x00", "truncated"),
+    ],
+)
+def test_bad_model_files_get_a_clear_error(
+    tmp_path: Path, content: bytes | None, match: str
+) -> None:
     path = tmp_path / "model.gguf"
     if content is not None:
         path.write_bytes(content)
@@ -275,16 +297,20 @@ def test_a_directory_is_not_a_model(tmp_path: Path) -> None:
         check_gguf("")
 
 
-@pytest.mark.parametrize("stop, deltas, expected, stopped", [
-    (("\n",), [" Hello", " there", ".\nUser"], "Hello there.", True),
-    (("User:",), ["Yes", " Us", "er", ": no"], "Yes ", True),
-    (("User:",), ["Yes", " Us", "ually"], "Yes Usually", False),
-    (("\n\n", "###"), ["a", "\n", "b", "#", "#", "c"], "a\nb##c", False),
-    (("\n",), ["\n", "  ", "Hi", "\n"], "Hi", True),
-    ((), ["a", "b"], "ab", False),
-])
+@pytest.mark.parametrize(
+    "stop, deltas, expected, stopped",
+    [
+        (("\n",), [" Hello", " there", ".\nUser"], "Hello there.", True),
+        (("User:",), ["Yes", " Us", "er", ": no"], "Yes ", True),
+        (("User:",), ["Yes", " Us", "ually"], "Yes Usually", False),
+        (("\n\n", "###"), ["a", "\n", "b", "#", "#", "c"], "a\nb##c", False),
+        (("\n",), ["\n", "  ", "Hi", "\n"], "Hi", True),
+        ((), ["a", "b"], "ab", False),
+    ],
+)
 def test_stop_filter_holds_back_possible_stop_starts(
-        stop: tuple[str, ...], deltas: list[str], expected: str, stopped: bool) -> None:
+    stop: tuple[str, ...], deltas: list[str], expected: str, stopped: bool
+) -> None:
     f = StopFilter(stop)
     out = "".join(f.feed(d) for d in deltas) + f.flush()
     assert out == expected and f.stopped == stopped
@@ -300,12 +326,17 @@ def test_stop_filter_emits_text_as_soon_as_it_is_safe() -> None:
 def test_make_backend_builds_what_the_parameters_select(tiny_path: Path) -> None:
     assert {spec.name.split(".")[0] for spec in LLM_PARAMS} == {"llm"}
     assert set(LLM_BACKENDS) == {"embedded", "gguf", "minicpmv", "remote"}
-    gguf_backend = make_backend({"llm.backend": "gguf", "llm.model_path": str(tiny_path),
-                                 "llm.n_ctx": 256, "llm.seed": 1})
+    gguf_backend = make_backend(
+        {"llm.backend": "gguf", "llm.model_path": str(tiny_path), "llm.n_ctx": 256, "llm.seed": 1}
+    )
     assert isinstance(gguf_backend, LlamaCppBackend) and gguf_backend.name == "gguf"
     gguf_backend.load()
-    assert "".join(gguf_backend.generate(Prompt(SYSTEM, user="hi"), cancel=threading.Event(),
-                                         max_tokens=4)) is not None
+    assert (
+        "".join(
+            gguf_backend.generate(Prompt(SYSTEM, user="hi"), cancel=threading.Event(), max_tokens=4)
+        )
+        is not None
+    )
     gguf_backend.close()
     embedded = make_backend({})
     assert isinstance(embedded, LlamaCppBackend) and embedded.name == "embedded"
@@ -316,8 +347,9 @@ def test_make_backend_builds_what_the_parameters_select(tiny_path: Path) -> None
     with pytest.raises(EngineError, match="no GGUF model configured"):
         make_backend({"llm.backend": "gguf"}).load()
     with pytest.raises(ConfigError, match="OMNIFLOW_TEST_NO_SUCH_KEY"):
-        make_backend({"llm.backend": "remote",
-                      "llm.remote.api_key_env": "OMNIFLOW_TEST_NO_SUCH_KEY"})
+        make_backend(
+            {"llm.backend": "remote", "llm.remote.api_key_env": "OMNIFLOW_TEST_NO_SUCH_KEY"}
+        )
 
 
 def test_minicpmv_needs_its_model_and_mmproj(tiny_path: Path, tmp_path: Path) -> None:
@@ -344,9 +376,13 @@ def test_chat_messages_carry_images_as_data_uris_and_the_scene_as_text() -> None
 
     frame = np.zeros((48, 64, 3), dtype=np.uint8)
     frame[:, :, 0] = 255  # red
-    prompt = Prompt(SYSTEM, scene="a red box", history=(Turn("user", "hi"),
-                                                        Turn("robot", "hello")),
-                    user="what is this?", images=(frame,))
+    prompt = Prompt(
+        SYSTEM,
+        scene="a red box",
+        history=(Turn("user", "hi"), Turn("robot", "hello")),
+        user="what is this?",
+        images=(frame,),
+    )
     messages = chat_messages(prompt)
     assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
     content = messages[-1]["content"]

@@ -33,8 +33,15 @@ def gemma_path() -> Path:
 
 @pytest.fixture(scope="module")
 def gemma(gemma_path: Path) -> Iterator[LlamaCppBackend]:
-    backend = make_backend({"llm.backend": "gguf", "llm.model_path": str(gemma_path),
-                            "llm.seed": 42, "llm.temperature": 0.0, "llm.n_ctx": 1024})
+    backend = make_backend(
+        {
+            "llm.backend": "gguf",
+            "llm.model_path": str(gemma_path),
+            "llm.seed": 42,
+            "llm.temperature": 0.0,
+            "llm.n_ctx": 1024,
+        }
+    )
     backend.load()
     yield backend
     backend.close()
@@ -58,8 +65,9 @@ def test_a_simple_question_gets_a_short_answer(gemma: LlamaCppBackend) -> None:
     # Greedy decoding still depends on the CPU kernels llama.cpp was built with: on an AVX2-only
     # build "What is the capital of France?" gets "France is the capital of France."; this
     # wording is answered "Paris." on both kinds of build.
-    text = _answer(gemma, Prompt(DEFAULT_SYSTEM_PROMPT,
-                                 user="Which city is the capital of France?"))
+    text = _answer(
+        gemma, Prompt(DEFAULT_SYSTEM_PROMPT, user="Which city is the capital of France?")
+    )
     stats = gemma.last_stats
     assert "Paris" in text
     assert 0 < len(text.split()) <= 20 and text == text.strip()
@@ -69,20 +77,31 @@ def test_a_simple_question_gets_a_short_answer(gemma: LlamaCppBackend) -> None:
 
 
 def test_the_scene_reaches_the_answer(gemma: LlamaCppBackend) -> None:
-    text = _answer(gemma, Prompt(DEFAULT_SYSTEM_PROMPT, scene="a person waving",
-                                 user="Can you tell me what you see?"))
+    text = _answer(
+        gemma,
+        Prompt(
+            DEFAULT_SYSTEM_PROMPT, scene="a person waving", user="Can you tell me what you see?"
+        ),
+    )
     assert "wav" in text.lower() or "person" in text.lower()
 
 
 def test_stop_strings_are_honoured(gemma: LlamaCppBackend, gemma_path: Path) -> None:
     # Without the line-break stop the base model goes on to write the next turns itself.
-    loose = LlamaCppBackend(gemma_path, n_ctx=1024, seed=42, name="gguf",
-                            fmt=PromptFormat(stop=("User:",)),
-                            sampling=Sampling(temperature=0.0, max_tokens=64))
+    loose = LlamaCppBackend(
+        gemma_path,
+        n_ctx=1024,
+        seed=42,
+        name="gguf",
+        fmt=PromptFormat(stop=("User:",)),
+        sampling=Sampling(temperature=0.0, max_tokens=64),
+    )
     loose.load()
-    prompt = Prompt(DEFAULT_SYSTEM_PROMPT, history=(Turn("user", "Hi"),
-                                                    Turn("robot", "Hello!")),
-                    user="What colour is the sky?")
+    prompt = Prompt(
+        DEFAULT_SYSTEM_PROMPT,
+        history=(Turn("user", "Hi"), Turn("robot", "Hello!")),
+        user="What colour is the sky?",
+    )
     text = _answer(loose, prompt)
     stats = loose.last_stats
     loose.close()
@@ -99,10 +118,14 @@ def test_the_next_turn_reuses_the_warm_prefix(gemma: LlamaCppBackend) -> None:
     words = "What is this red box".split()
     history = (Turn("user", first.user), Turn("robot", answer))
     for n in range(1, len(words) + 1):
-        gemma.warm(Prompt(DEFAULT_SYSTEM_PROMPT, history=history, scene="a red box",
-                          user=" ".join(words[:n])))
-    final = Prompt(DEFAULT_SYSTEM_PROMPT, history=history, scene="a red box",
-                   user=" ".join(words) + "?")
+        gemma.warm(
+            Prompt(
+                DEFAULT_SYSTEM_PROMPT, history=history, scene="a red box", user=" ".join(words[:n])
+            )
+        )
+    final = Prompt(
+        DEFAULT_SYSTEM_PROMPT, history=history, scene="a red box", user=" ".join(words) + "?"
+    )
     text = _answer(gemma, final)
     stats = gemma.last_stats
     assert text

@@ -22,11 +22,22 @@ from omniflow.engines.llm.params import BACKEND_LIVE_PARAMS
 from omniflow.errors import ConfigError
 
 #: A valid value other than the default for every live parameter a backend applies.
-NEW_VALUES = {"llm.threads": 3, "llm.max_tokens": 7, "llm.temperature": 0.5, "llm.top_p": 0.5,
-              "llm.top_k": 5, "llm.repeat_penalty": 1.3, "llm.prompt_chunk": 8}
+NEW_VALUES = {
+    "llm.threads": 3,
+    "llm.max_tokens": 7,
+    "llm.temperature": 0.5,
+    "llm.top_p": 0.5,
+    "llm.top_k": 5,
+    "llm.repeat_penalty": 1.3,
+    "llm.prompt_chunk": 8,
+}
 #: What each backend refuses; everything else it applies.
-REFUSED = {"embedded": set(), "gguf": set(), "minicpmv": {"llm.prompt_chunk"},
-           "remote": {"llm.threads", "llm.prompt_chunk", "llm.top_k", "llm.repeat_penalty"}}
+REFUSED = {
+    "embedded": set(),
+    "gguf": set(),
+    "minicpmv": {"llm.prompt_chunk"},
+    "remote": {"llm.threads", "llm.prompt_chunk", "llm.top_k", "llm.repeat_penalty"},
+}
 
 
 def _setting(backend: LlmBackend, name: str) -> object:
@@ -43,8 +54,9 @@ def test_the_tables_cover_every_backend_and_live_parameter() -> None:
 
 @pytest.mark.parametrize("name", sorted(BACKEND_LIVE_PARAMS))
 @pytest.mark.parametrize("kind", LLM_BACKENDS)
-def test_every_live_parameter_is_applied_or_refused_naming_the_backend(kind: str,
-                                                                        name: str) -> None:
+def test_every_live_parameter_is_applied_or_refused_naming_the_backend(
+    kind: str, name: str
+) -> None:
     backend = make_backend({"llm.backend": kind})
     before = _setting(backend, name)
     if name in REFUSED[kind]:
@@ -110,7 +122,8 @@ print(json.dumps({"after_import": after_import, "at_llama_import": seen}))
 
 @pytest.mark.parametrize("user_policy", [None, "ACTIVE"])
 def test_import_changes_no_environment_and_load_sets_the_policy_before_llama_cpp(
-        tmp_path: Path, user_policy: str | None) -> None:
+    tmp_path: Path, user_policy: str | None
+) -> None:
     pytest.importorskip("llama_cpp")
     from tiny_gguf import write_tiny_gguf
 
@@ -118,8 +131,14 @@ def test_import_changes_no_environment_and_load_sets_the_policy_before_llama_cpp
     env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
     if user_policy:
         env["OMP_WAIT_POLICY"] = user_policy
-    out = subprocess.run([sys.executable, "-c", _PROBE, str(model)], env=env, check=True,
-                         capture_output=True, text=True, timeout=120).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", _PROBE, str(model)],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout
     result = json.loads(out.strip().splitlines()[-1])
     assert result["after_import"] == user_policy  # importing the package set nothing
     assert result["at_llama_import"] == [user_policy or "PASSIVE"]

@@ -21,8 +21,12 @@ from omniflow.errors import ConfigError, EngineError
 pytest.importorskip("llama_cpp.server")
 
 SYSTEM = "You are a small robot."
-PROMPT = Prompt(SYSTEM, scene="a red box", history=(Turn("user", "hi"),
-                                                    Turn("robot", "hello")), user="what is this")
+PROMPT = Prompt(
+    SYSTEM,
+    scene="a red box",
+    history=(Turn("user", "hi"), Turn("robot", "hello")),
+    user="what is this",
+)
 
 
 def _free_port() -> int:
@@ -39,9 +43,26 @@ def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     log = tmp_path_factory.mktemp("remote-log") / "server.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--host",
-             "127.0.0.1", "--port", str(port), "--n_ctx", "1024", "--n_threads", "1",
-             "--verbose", "False"], stdout=out, stderr=subprocess.STDOUT)
+            [
+                sys.executable,
+                "-m",
+                "llama_cpp.server",
+                "--model",
+                str(model),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--n_ctx",
+                "1024",
+                "--n_threads",
+                "1",
+                "--verbose",
+                "False",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 90
@@ -151,13 +172,17 @@ def _url(server: http.server.ThreadingHTTPServer) -> str:
     return f"http://127.0.0.1:{server.server_address[1]}"
 
 
-@pytest.mark.parametrize("mode, match", [
-    ("garbage", "not a server-sent event"),
-    ("bad-json", "not JSON"),
-    ("error", "HTTP 500"),
-])
+@pytest.mark.parametrize(
+    "mode, match",
+    [
+        ("garbage", "not a server-sent event"),
+        ("bad-json", "not JSON"),
+        ("error", "HTTP 500"),
+    ],
+)
 def test_a_server_that_answers_garbage_gets_a_clear_error(
-        bad_server: http.server.ThreadingHTTPServer, mode: str, match: str) -> None:
+    bad_server: http.server.ThreadingHTTPServer, mode: str, match: str
+) -> None:
     bad_server.mode = mode
     url = _url(bad_server)
     with pytest.raises(EngineError, match=match) as info:
@@ -206,8 +231,9 @@ def test_remote_configuration_errors() -> None:
         RemoteBackend("ftp://example.org")
     with pytest.raises(ConfigError, match="chat"):
         RemoteBackend("http://127.0.0.1:1", api="rpc")
-    backend = make_backend({"llm.backend": "remote", "llm.remote.url": "http://h:9/v1/",
-                            "llm.remote.timeout_s": 3.0})
+    backend = make_backend(
+        {"llm.backend": "remote", "llm.remote.url": "http://h:9/v1/", "llm.remote.timeout_s": 3.0}
+    )
     assert isinstance(backend, RemoteBackend)
     assert backend._endpoint("models") == "http://h:9/v1/models"
     backend.update({"llm.max_tokens": 7, "llm.temperature": 0.5, "llm.n_ctx": 512})

@@ -18,12 +18,14 @@ def _events(data: bytes, cancel: threading.Event | None = None) -> list[dict]:
 
 
 def test_data_events_until_done_skipping_comments_and_other_fields() -> None:
-    stream = (b": keep-alive\n\n"
-              b"event: message\nid: 1\nretry: 100\n"
-              b'data: {"choices": [{"delta": {"content": "A"}}]}\n\n'
-              b'data:{"choices": []}\n\n'
-              b"data: [DONE]\n\n"
-              b'data: {"choices": [{"text": "after the end"}]}\n\n')
+    stream = (
+        b": keep-alive\n\n"
+        b"event: message\nid: 1\nretry: 100\n"
+        b'data: {"choices": [{"delta": {"content": "A"}}]}\n\n'
+        b'data:{"choices": []}\n\n'
+        b"data: [DONE]\n\n"
+        b'data: {"choices": [{"text": "after the end"}]}\n\n'
+    )
     assert _events(stream) == [{"choices": [{"delta": {"content": "A"}}]}, {"choices": []}]
 
 
@@ -37,13 +39,16 @@ def test_a_cancelled_stream_yields_nothing() -> None:
     assert _events(b'data: {"choices": []}\n\n', cancel) == []
 
 
-@pytest.mark.parametrize("stream, match", [
-    (b"", "closed the stream without sending any event"),
-    (b"<html>maintenance</html>\n", "not a server-sent event"),
-    (b"data: {oops\n\n", "not JSON"),
-    (b'data: {"error": "model not found"}\n\n', "without choices: 'model not found'"),
-    (b"data: [1, 2]\n\n", "without choices"),
-])
+@pytest.mark.parametrize(
+    "stream, match",
+    [
+        (b"", "closed the stream without sending any event"),
+        (b"<html>maintenance</html>\n", "not a server-sent event"),
+        (b"data: {oops\n\n", "not JSON"),
+        (b'data: {"error": "model not found"}\n\n', "without choices: 'model not found'"),
+        (b"data: [1, 2]\n\n", "without choices"),
+    ],
+)
 def test_what_is_not_an_event_stream_gets_a_clear_error(stream: bytes, match: str) -> None:
     with pytest.raises(EngineError, match=match) as info:
         _events(stream)

@@ -49,8 +49,9 @@ class ScriptedBackend(LlmBackend):
         self.updates.append(dict(values))
 
     def generate(self, prompt: Prompt, *, cancel: threading.Event, max_tokens=None):
-        self._last_stats = GenerationStats(first_token_s=0.1, total_s=0.4,
-                                           generated_tokens=len(self.pieces))
+        self._last_stats = GenerationStats(
+            first_token_s=0.1, total_s=0.4, generated_tokens=len(self.pieces)
+        )
         for i, piece in enumerate(self.pieces):
             if i and self.gate is not None:
                 self.gate.wait(TIMEOUT_S)
@@ -69,8 +70,9 @@ class Harness:
         self.done: list[tuple[int, int, str]] = []
         self.warnings: list[str] = []
         self.finished = threading.Event()
-        self.worker = ModelWorker(self.lock, on_delta=self.on_delta, on_done=self.on_done,
-                                  on_warning=self.warnings.append)
+        self.worker = ModelWorker(
+            self.lock, on_delta=self.on_delta, on_done=self.on_done, on_warning=self.warnings.append
+        )
         self.worker.attach(backend)
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.worker.run, args=(self.stop,), daemon=True)
@@ -114,8 +116,12 @@ def test_jobs_stream_their_pieces_in_order_then_finish(harness):
     harness.worker.submit(1, Prompt("sys", user="what is this"), 123)
     harness.worker.submit(2, Prompt("sys", user="and that"), 456)
     wait_for(lambda: len(harness.done) == 2, "both jobs done")
-    assert [d for d in harness.deltas if d[0] == 1] == \
-        [(1, 0, "It "), (1, 1, "is "), (1, 2, "a "), (1, 3, "cup.")]
+    assert [d for d in harness.deltas if d[0] == 1] == [
+        (1, 0, "It "),
+        (1, 1, "is "),
+        (1, 2, "a "),
+        (1, 3, "cup."),
+    ]
     assert harness.done == [(1, 4, ""), (2, 4, "")]
     assert harness.worker.stats.last_first_token_ms == pytest.approx(100.0)
     assert harness.worker.stats.last_tokens_per_s == pytest.approx(3 / 0.3)
@@ -132,7 +138,7 @@ def test_a_cancel_between_tokens_stops_the_answer_and_its_end(backend, harness):
     assert harness.deltas == [(7, 0, "It ")]
     assert harness.done == []  # a cancelled job has no end: the manager already ended it
     harness.worker.forget(7)
-    harness.worker.cancel(7)   # unknown turns are ignored
+    harness.worker.cancel(7)  # unknown turns are ignored
 
 
 def test_a_failing_model_ends_the_job_with_the_reason(backend, harness):

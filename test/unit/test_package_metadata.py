@@ -54,19 +54,22 @@ def test_version_in_package_xml_is_the_package_version() -> None:
     version = package_xml().findtext("version")
     assert version and re.fullmatch(r"\d+\.\d+\.\d+", version), version
     if omniflow.__version__ == "0+unknown":
-        pytest.skip("omniflow was never built here: _version.py (made from package.xml) is "
-                    "missing")
+        pytest.skip("omniflow was never built here: _version.py (made from package.xml) is missing")
     assert omniflow.__version__ == version, (
         f"omniflow.__version__ is {omniflow.__version__} but package.xml says {version}: "
-        "rebuild so _version.py is regenerated")
+        "rebuild so _version.py is regenerated"
+    )
 
 
-@pytest.mark.parametrize(("directory", "variable"), [("msg", "msg_files"),
-                                                     ("action", "action_files")])
-def test_every_interface_file_is_listed_in_cmake_and_vice_versa(directory: str,
-                                                                variable: str) -> None:
-    on_disk = sorted(path.relative_to(ROOT).as_posix()
-                     for path in (ROOT / directory).iterdir() if path.is_file())
+@pytest.mark.parametrize(
+    ("directory", "variable"), [("msg", "msg_files"), ("action", "action_files")]
+)
+def test_every_interface_file_is_listed_in_cmake_and_vice_versa(
+    directory: str, variable: str
+) -> None:
+    on_disk = sorted(
+        path.relative_to(ROOT).as_posix() for path in (ROOT / directory).iterdir() if path.is_file()
+    )
     assert on_disk, f"{directory}/ is empty"
     assert sorted(cmake_list(variable)) == on_disk
 
@@ -82,8 +85,10 @@ def test_every_node_module_with_main_has_an_executable_entry() -> None:
 
 def test_every_node_executable_is_installed() -> None:
     if not EXECUTABLES_DIR.is_dir():
-        pytest.skip(f"{EXECUTABLES_DIR.relative_to(ROOT)} does not exist: the package was not "
-                    "built into the venv")
+        pytest.skip(
+            f"{EXECUTABLES_DIR.relative_to(ROOT)} does not exist: the package was not "
+            "built into the venv"
+        )
     for name in node_executables():
         path = EXECUTABLES_DIR / name
         assert path.is_file(), f"{path} is missing: rebuild after adding the node"

@@ -12,8 +12,9 @@ from omniflow.core.params import ParamSpec, defaults, unknown_names, validate
 from omniflow.errors import ConfigError
 from omniflow.ros.params import descriptor_for
 
-FPS = ParamSpec("fps", 15.0, "Frames per second", unit="frames/s", minimum=0.5, maximum=60.0,
-                live=True)
+FPS = ParamSpec(
+    "fps", 15.0, "Frames per second", unit="frames/s", minimum=0.5, maximum=60.0, live=True
+)
 WIDTH = ParamSpec("width", 0, "Resize width", unit="px", minimum=0, maximum=7680)
 LOOP = ParamSpec("loop", True, "Start again at the end")
 ENCODING = ParamSpec("encoding", "rgb8", "Published encoding", choices=("rgb8", "bgr8", "mono8"))
@@ -111,8 +112,7 @@ def test_ranges_are_inclusive(spec: ParamSpec, value: float, allowed: bool) -> N
         (LEVEL, 11, "11 is outside the allowed range <= 10"),
     ],
 )
-def test_range_message_states_value_and_range(spec: ParamSpec, value: float,
-                                              message: str) -> None:
+def test_range_message_states_value_and_range(spec: ParamSpec, value: float, message: str) -> None:
     assert spec.check(value) == message
 
 
@@ -132,13 +132,18 @@ def test_every_float_in_range_is_accepted(value: float) -> None:
 @pytest.mark.parametrize(
     ("spec", "parts", "absent"),
     [
-        (FPS, ["Frames per second.", "Unit: frames/s.", "Range: [0.5, 60.0].",
-               "Applied at once."], ["Allowed:", "restart"]),
+        (
+            FPS,
+            ["Frames per second.", "Unit: frames/s.", "Range: [0.5, 60.0].", "Applied at once."],
+            ["Allowed:", "restart"],
+        ),
         (WIDTH, ["Unit: px.", "Range: [0, 7680].", "Applied on configure."], ["Allowed:"]),
-        (ENCODING, ["Allowed: rgb8, bgr8, mono8.", "Applied on configure."],
-         ["Unit:", "Range:"]),
-        (DEVICE, ["Read at start-up; changing it needs a restart."],
-         ["Applied", "Unit:", "Range:"]),
+        (ENCODING, ["Allowed: rgb8, bgr8, mono8.", "Applied on configure."], ["Unit:", "Range:"]),
+        (
+            DEVICE,
+            ["Read at start-up; changing it needs a restart."],
+            ["Applied", "Unit:", "Range:"],
+        ),
         (GAIN, ["Range: >= 0.0."], []),
         (LEVEL, ["Range: <= 10."], []),
     ],
@@ -167,8 +172,10 @@ def test_full_description_ends_the_description_with_one_full_stop() -> None:
     [
         ({"default": 100, "maximum": 60}, "100 is outside the allowed range <= 60"),
         ({"default": math.nan}, "NaN is not allowed"),
-        ({"default": "yuv", "choices": ("rgb8", "bgr8")},
-         "'yuv' is not one of the allowed values: rgb8, bgr8"),
+        (
+            {"default": "yuv", "choices": ("rgb8", "bgr8")},
+            "'yuv' is not one of the allowed values: rgb8, bgr8",
+        ),
     ],
 )
 def test_invalid_default_raises_config_error_naming_the_parameter(
@@ -210,12 +217,18 @@ def test_validate_accepts_good_values_and_ignores_names_it_has_no_spec_for() -> 
 
 def test_validate_accepts_any_iterable_of_specs() -> None:
     assert validate(iter(SPECS), {"width": -5}) == [
-        "parameter 'width': -5 is outside the allowed range [0, 7680]"]
+        "parameter 'width': -5 is outside the allowed range [0, 7680]"
+    ]
 
 
 def test_defaults_maps_every_name_to_its_default() -> None:
-    assert defaults(SPECS) == {"fps": 15.0, "width": 0, "loop": True, "encoding": "rgb8",
-                               "device": "0"}
+    assert defaults(SPECS) == {
+        "fps": 15.0,
+        "width": 0,
+        "loop": True,
+        "encoding": "rgb8",
+        "device": "0",
+    }
     assert defaults(()) == {}
     assert validate(SPECS, defaults(SPECS)) == []
 
@@ -265,15 +278,19 @@ def test_descriptor_has_no_range_for_bools_strings_or_half_open_bounds(spec: Par
 
 
 def test_unknown_names_name_the_closest_declared_parameter() -> None:
-    specs = (ParamSpec("window.before_ms", 80, "Before"), ParamSpec("window.after_ms", 120,
-                                                                     "After"))
+    specs = (
+        ParamSpec("window.before_ms", 80, "Before"),
+        ParamSpec("window.after_ms", 120, "After"),
+    )
     assert unknown_names(specs, ["window.befor_ms", "window.after_ms"]) == [
-        "'window.befor_ms' is not a parameter of this node (did you mean 'window.before_ms'?)"]
+        "'window.befor_ms' is not a parameter of this node (did you mean 'window.before_ms'?)"
+    ]
 
 
 def test_unknown_names_without_a_close_match_give_no_hint() -> None:
     assert unknown_names(SPECS, ["colour_space"]) == [
-        "'colour_space' is not a parameter of this node"]
+        "'colour_space' is not a parameter of this node"
+    ]
 
 
 def test_unknown_names_skip_the_middlewares_own_parameters() -> None:

@@ -133,20 +133,26 @@ def test_abbreviations_and_numbers_do_not_end_a_sentence(text: str) -> None:
 def test_a_number_opening_a_list_item_is_not_a_sentence() -> None:
     text = "Steps:\n1. Buy milk\n2. Drink it."
     assert run(tokens(text)) == [
-        ("Steps:", "sentence"), ("1. Buy milk", "sentence"), ("2. Drink it.", "sentence")]
+        ("Steps:", "sentence"),
+        ("1. Buy milk", "sentence"),
+        ("2. Drink it.", "sentence"),
+    ]
 
 
 def test_a_number_ending_a_sentence_still_ends_it() -> None:
     assert run(tokens("I was born in 1990. Then I grew")) == [
-        ("I was born in 1990.", "sentence"), ("Then I grew", "end")]
+        ("I was born in 1990.", "sentence"),
+        ("Then I grew", "end"),
+    ]
 
 
 def test_a_decimal_split_across_tokens_stays_whole() -> None:
     assert run(["It is 3", ".", "5", " metres", " long"]) == [("It is 3.5 metres long", "end")]
 
 
-@pytest.mark.parametrize("deltas", [["hel", "lo", " wor", "ld."], ["h", "e", "l", "l", "o",
-                                                                  " ", "world", "."]])
+@pytest.mark.parametrize(
+    "deltas", [["hel", "lo", " wor", "ld."], ["h", "e", "l", "l", "o", " ", "world", "."]]
+)
 def test_tokens_cut_mid_word_are_joined(deltas: list[str]) -> None:
     assert run(deltas) == [("hello world.", "sentence")]
 
@@ -161,8 +167,7 @@ def test_a_sentence_mark_needs_whitespace_or_the_end_of_the_turn() -> None:
 
 
 def test_later_phrases_end_at_sentences_and_long_clauses_only() -> None:
-    text = ("Sure. The box, so, is red and it sits on the table, right next to the lamp. "
-            "Okay, bye")
+    text = "Sure. The box, so, is red and it sits on the table, right next to the lamp. Okay, bye"
     assert run(tokens(text)) == [
         ("Sure.", "sentence"),
         # "The box," and "The box, so," are shorter than min_words (4): no cut there
@@ -195,7 +200,10 @@ def test_whitespace_is_normalised_and_indices_count_up() -> None:
     chunker = PhraseChunker()
     phrases = chunker.feed("  Hello,\t\tdear   friend!\n\nHow  are\nyou", 0.0) + chunker.finish()
     assert [(p.text, p.index) for p in phrases] == [
-        ("Hello, dear friend!", 0), ("How are", 1), ("you", 2)]
+        ("Hello, dear friend!", 0),
+        ("How are", 1),
+        ("you", 2),
+    ]
 
 
 # ------------------------------------------------------------------ finish, reset
@@ -214,7 +222,10 @@ def test_finish_flushes_and_starts_a_new_turn() -> None:
 def test_finish_still_applies_the_cap_to_the_rest() -> None:
     chunker = PhraseChunker(first_min_words=1, first_max_words=2, min_words=2, max_words=3)
     assert [p.text for p in chunker.feed("a b c d e f g", 0.0) + chunker.finish()] == [
-        "a b", "c d e", "f g"]
+        "a b",
+        "c d e",
+        "f g",
+    ]
 
 
 def test_finish_with_only_whitespace_returns_nothing() -> None:
@@ -263,11 +274,40 @@ def test_zero_wait_releases_the_first_complete_word() -> None:
 
 # ------------------------------------------------------------------ properties
 
-_WORDS = st.sampled_from([
-    "the", "red", "box", "Hello", "world", "3.5", "e.g.", "Dr.", "etc.", "U.S.", "1.",
-    "yes.", "no!", "why?", "well…", "ok,", "and;", "so:", "—", "-", '"Stop!"', "(see", "it.)",
-    "a", "I", "x,y", "...", "🙂", "naïve", "über.",
-])
+_WORDS = st.sampled_from(
+    [
+        "the",
+        "red",
+        "box",
+        "Hello",
+        "world",
+        "3.5",
+        "e.g.",
+        "Dr.",
+        "etc.",
+        "U.S.",
+        "1.",
+        "yes.",
+        "no!",
+        "why?",
+        "well…",
+        "ok,",
+        "and;",
+        "so:",
+        "—",
+        "-",
+        '"Stop!"',
+        "(see",
+        "it.)",
+        "a",
+        "I",
+        "x,y",
+        "...",
+        "🙂",
+        "naïve",
+        "über.",
+    ]
+)
 _SPACES = st.sampled_from([" ", " ", " ", "  ", "\n", "\t", " \n\n "])
 
 
@@ -289,10 +329,18 @@ def streamed_text(
 def chunker_settings() -> st.SearchStrategy[PhraseChunker]:
     return st.builds(
         lambda fmin, fextra, wait, mn, extra: PhraseChunker(
-            first_min_words=fmin, first_max_words=fmin + fextra, first_max_wait_s=wait,
-            min_words=mn, max_words=max(mn, fmin + fextra) + extra),
-        st.integers(1, 4), st.integers(0, 6), st.sampled_from([0.0, 0.1, 0.35, math.inf]),
-        st.integers(1, 8), st.integers(0, 20))
+            first_min_words=fmin,
+            first_max_words=fmin + fextra,
+            first_max_wait_s=wait,
+            min_words=mn,
+            max_words=max(mn, fmin + fextra) + extra,
+        ),
+        st.integers(1, 4),
+        st.integers(0, 6),
+        st.sampled_from([0.0, 0.1, 0.35, math.inf]),
+        st.integers(1, 8),
+        st.integers(0, 20),
+    )
 
 
 def stream(chunker: PhraseChunker, deltas: list[str], times: list[float]) -> list[Phrase]:
@@ -304,8 +352,7 @@ def stream(chunker: PhraseChunker, deltas: list[str], times: list[float]) -> lis
 
 
 @settings(max_examples=300, deadline=None)
-@given(streamed_text(), chunker_settings(),
-       st.lists(st.floats(0, 0.3), min_size=100, max_size=100))
+@given(streamed_text(), chunker_settings(), st.lists(st.floats(0, 0.3), min_size=100, max_size=100))
 def test_phrases_keep_every_word_in_order(
     sample: tuple[str, list[str]], chunker: PhraseChunker, gaps: list[float]
 ) -> None:
@@ -322,7 +369,7 @@ def test_phrases_keep_every_word_in_order(
 @settings(max_examples=200, deadline=None)
 @given(streamed_text())
 def test_without_time_budget_the_split_into_deltas_does_not_matter(
-    sample: tuple[str, list[str]]
+    sample: tuple[str, list[str]],
 ) -> None:
     text, deltas = sample
     assert [p for p, _ in run(deltas)] == [p for p, _ in run([text])]
@@ -334,7 +381,7 @@ _CJK_WORDS = st.sampled_from(["你好。", "我是", "机器人，", "好的！�
 @settings(max_examples=200, deadline=None)
 @given(streamed_text(_CJK_WORDS | _WORDS, spaces=_SPACES | st.just("")))  # CJK: no spaces
 def test_cjk_marks_may_split_a_run_but_never_lose_or_repeat_a_character(
-    sample: tuple[str, list[str]]
+    sample: tuple[str, list[str]],
 ) -> None:
     text, deltas = sample
     phrases = run(deltas)

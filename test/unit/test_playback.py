@@ -175,8 +175,9 @@ def test_on_played_errors_are_reported_once_and_playback_goes_on() -> None:
     def broken(samples: np.ndarray, stamp: float) -> None:
         raise RuntimeError("publisher gone")
 
-    sink = open_audio_sink("null", "", sample_rate=RATE, block_frames=BLOCK,
-                           on_played=broken, warn=warnings.append)
+    sink = open_audio_sink(
+        "null", "", sample_rate=RATE, block_frames=BLOCK, on_played=broken, warn=warnings.append
+    )
     with sink:
         sink.write(ramp(3 * BLOCK), timeout=1.0)
         assert sink.wait_idle(1.0)
@@ -271,8 +272,13 @@ def test_wav_sink_unwritable_path_names_it(tmp_path: Path, make_path, reason: st
 
 @pytest.mark.parametrize(
     ("sink", "location", "kind"),
-    [("null", "", NullSink), ("wav", "out.wav", WavFileSink), ("device", "", SoundDeviceSink),
-     ("device", "3", SoundDeviceSink), ("device", "pulse", SoundDeviceSink)],
+    [
+        ("null", "", NullSink),
+        ("wav", "out.wav", WavFileSink),
+        ("device", "", SoundDeviceSink),
+        ("device", "3", SoundDeviceSink),
+        ("device", "pulse", SoundDeviceSink),
+    ],
 )
 def test_factory_builds_without_opening(sink: str, location: str, kind: type) -> None:
     built = open_audio_sink(sink, location, sample_rate=22050, block_frames=441)
@@ -298,14 +304,34 @@ def test_factory_rejects_bad_configuration(sink: str, location: str, match: str)
 # --------------------------------------------------------------------------- device lookup
 
 DEVICES = [
-    {"index": 0, "name": "HDA Intel PCH: ALC3246 Analog (hw:0,0)",
-     "max_input_channels": 2, "max_output_channels": 2, "default_samplerate": 48000.0},
-    {"index": 1, "name": "USB Mic", "max_input_channels": 1, "max_output_channels": 0,
-     "default_samplerate": 48000.0},
-    {"index": 2, "name": "pulse", "max_input_channels": 32, "max_output_channels": 32,
-     "default_samplerate": 48000.0},
-    {"index": 3, "name": "default", "max_input_channels": 32, "max_output_channels": 32,
-     "default_samplerate": 48000.0},
+    {
+        "index": 0,
+        "name": "HDA Intel PCH: ALC3246 Analog (hw:0,0)",
+        "max_input_channels": 2,
+        "max_output_channels": 2,
+        "default_samplerate": 48000.0,
+    },
+    {
+        "index": 1,
+        "name": "USB Mic",
+        "max_input_channels": 1,
+        "max_output_channels": 0,
+        "default_samplerate": 48000.0,
+    },
+    {
+        "index": 2,
+        "name": "pulse",
+        "max_input_channels": 32,
+        "max_output_channels": 32,
+        "default_samplerate": 48000.0,
+    },
+    {
+        "index": 3,
+        "name": "default",
+        "max_input_channels": 32,
+        "max_output_channels": 32,
+        "default_samplerate": 48000.0,
+    },
 ]
 
 

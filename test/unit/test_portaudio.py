@@ -23,8 +23,9 @@ class PortAudioError(Exception):
     pass
 
 
-def fake_sounddevice(devices: list[dict[str, Any]] = DEVICES, *, listing_fails: bool = False,
-                     default: int | None = 2) -> ModuleType:
+def fake_sounddevice(
+    devices: list[dict[str, Any]] = DEVICES, *, listing_fails: bool = False, default: int | None = 2
+) -> ModuleType:
     """A ``sounddevice`` stand-in: ``query_devices()`` lists ``devices`` (or fails), and
     ``query_devices(None, kind=...)`` is the default device (``default``; None: no default,
     which PortAudio reports with an error)."""
@@ -46,12 +47,15 @@ def fake_sounddevice(devices: list[dict[str, Any]] = DEVICES, *, listing_fails: 
     return module
 
 
-@pytest.mark.parametrize(("direction", "wanted", "name"), [
-    (INPUT, "usb", "USB Mic"),
-    (INPUT, 2, "pulse"),
-    (OUTPUT, "hdmi", "HDMI 0"),
-    (OUTPUT, "pulse", "pulse"),
-])
+@pytest.mark.parametrize(
+    ("direction", "wanted", "name"),
+    [
+        (INPUT, "usb", "USB Mic"),
+        (INPUT, 2, "pulse"),
+        (OUTPUT, "hdmi", "HDMI 0"),
+        (OUTPUT, "pulse", "pulse"),
+    ],
+)
 def test_a_named_or_numbered_device_is_its_listing_entry(direction, wanted, name) -> None:
     sd = fake_sounddevice()
     assert find_device(sd, wanted, direction, SourceError)["name"] == name
@@ -72,23 +76,29 @@ def test_a_listing_that_fails_is_the_callers_error(error) -> None:
 
 
 def test_no_default_device_lists_those_there_are() -> None:
-    with pytest.raises(DeviceNotFoundError,
-                       match=r"(?s)no default output device \(No output device available\); "
-                             r"available output devices:.*1: HDMI 0 \(8 out\)"):
+    with pytest.raises(
+        DeviceNotFoundError,
+        match=r"(?s)no default output device \(No output device available\); "
+        r"available output devices:.*1: HDMI 0 \(8 out\)",
+    ):
         find_device(fake_sounddevice(default=None), None, OUTPUT, SinkError)
 
 
 def test_an_unknown_device_lists_the_devices_of_its_direction() -> None:
-    with pytest.raises(DeviceNotFoundError, match=r"(?s)no input device named like 'hdmi'.*"
-                                                  r"0: USB Mic \(1 in\)") as caught:
+    with pytest.raises(
+        DeviceNotFoundError,
+        match=r"(?s)no input device named like 'hdmi'.*"
+        r"0: USB Mic \(1 in\)",
+    ) as caught:
         find_device(fake_sounddevice(), "hdmi", INPUT, SourceError)
     assert "HDMI 0" not in str(caught.value)
 
 
 def test_no_device_of_a_direction_at_all_says_what_to_use_instead() -> None:
     inputs_only = [DEVICES[0]]
-    with pytest.raises(DeviceNotFoundError, match="no audio output devices are available.*"
-                                                  "sink:=null"):
+    with pytest.raises(
+        DeviceNotFoundError, match="no audio output devices are available.*sink:=null"
+    ):
         find_device(fake_sounddevice(inputs_only), None, OUTPUT, SinkError)
 
 

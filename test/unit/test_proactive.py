@@ -12,13 +12,16 @@ from omniflow.errors import ConfigError
 GREET = "person_appeared => Someone came into view. Greet them."
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("person_appeared", "no '=>'"),
-    ("person_appeared =>  ", "says nothing"),
-    ("idle_s >> 4 => x", "cannot read the condition"),
-    ("mood > 3 => x", "unknown fact 'mood'"),
-    ("idle_s > 1.2.3 => x", "not a number"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("person_appeared", "no '=>'"),
+        ("person_appeared =>  ", "says nothing"),
+        ("idle_s >> 4 => x", "cannot read the condition"),
+        ("mood > 3 => x", "unknown fact 'mood'"),
+        ("idle_s > 1.2.3 => x", "not a number"),
+    ],
+)
 def test_bad_rules_say_what_is_wrong(text, message):
     with pytest.raises(ConfigError, match=message):
         parse_rule(text)
@@ -28,7 +31,9 @@ def test_a_rule_with_several_conditions():
     rule = parse_rule("idle_s > 600 and battery_percent <= 15 => Say the battery is low.")
     assert rule.instruction == "Say the battery is low."
     assert [(c.fact, c.op, c.value) for c in rule.conditions] == [
-        ("idle_s", ">", 600.0), ("battery_percent", "<=", 15.0)]
+        ("idle_s", ">", 600.0),
+        ("battery_percent", "<=", 15.0),
+    ]
     assert rule.holds({"idle_s": 700, "battery_percent": 10.0})
     assert not rule.holds({"idle_s": 700, "battery_percent": 20.0})
     assert not rule.holds({"idle_s": 700, "battery_percent": math.nan})

@@ -28,50 +28,100 @@ def msg(msgtype: str, **fields):
     return typestore().types[msgtype](**fields)
 
 
-def transcript(utterance: int, start_ms: float, end_ms: float, text: str, final=True,
-               at_ms: float | None = None):
-    return msg("omniflow/msg/Transcript", header=H(at_ms if at_ms is not None else end_ms + 50),
-               utterance_id=utterance, start=T(start_ms), end=T(end_ms), text=text,
-               confidence=float("nan"), is_final=final, words=[])
+def transcript(
+    utterance: int,
+    start_ms: float,
+    end_ms: float,
+    text: str,
+    final=True,
+    at_ms: float | None = None,
+):
+    return msg(
+        "omniflow/msg/Transcript",
+        header=H(at_ms if at_ms is not None else end_ms + 50),
+        utterance_id=utterance,
+        start=T(start_ms),
+        end=T(end_ms),
+        text=text,
+        confidence=float("nan"),
+        is_final=final,
+        words=[],
+    )
 
 
 def ref(ms: float, chosen: bool, score: float = 0.5):
-    return msg("omniflow/msg/TokenRef", modality=1, stamp=T(ms), code=1, resolution=0,
-               score=score, chosen=chosen, reason="" if chosen else "lower score",
-               summary="hand pointing top-left" if chosen else "")
+    return msg(
+        "omniflow/msg/TokenRef",
+        modality=1,
+        stamp=T(ms),
+        code=1,
+        resolution=0,
+        score=score,
+        chosen=chosen,
+        reason="" if chosen else "lower score",
+        summary="hand pointing top-left" if chosen else "",
+    )
 
 
-def association(decision: int, trigger_ms: float, chosen_ms: list[float],
-                others: list[float] = ()):
+def association(decision: int, trigger_ms: float, chosen_ms: list[float], others: list[float] = ()):
     duration = typestore().types["builtin_interfaces/msg/Duration"]
-    return msg("omniflow/msg/Association", header=H(trigger_ms + 130), decision_id=decision,
-               trigger=msg("omniflow/msg/TokenRef", modality=0, stamp=T(trigger_ms), code=0,
-                           resolution=0, score=1.0, chosen=True, reason="", summary=""),
-               window_before=duration(sec=0, nanosec=80 * MS),
-               window_after=duration(sec=0, nanosec=120 * MS),
-               candidates=[ref(c, True) for c in chosen_ms] + [ref(c, False) for c in others])
+    return msg(
+        "omniflow/msg/Association",
+        header=H(trigger_ms + 130),
+        decision_id=decision,
+        trigger=msg(
+            "omniflow/msg/TokenRef",
+            modality=0,
+            stamp=T(trigger_ms),
+            code=0,
+            resolution=0,
+            score=1.0,
+            chosen=True,
+            reason="",
+            summary="",
+        ),
+        window_before=duration(sec=0, nanosec=80 * MS),
+        window_after=duration(sec=0, nanosec=120 * MS),
+        candidates=[ref(c, True) for c in chosen_ms] + [ref(c, False) for c in others],
+    )
 
 
 def image(ms: float, value: int):
-    return msg("sensor_msgs/msg/Image", header=H(ms), height=2, width=2, encoding="rgb8",
-               is_bigendian=0, step=6, data=np.full(12, value, dtype=np.uint8))
+    return msg(
+        "sensor_msgs/msg/Image",
+        header=H(ms),
+        height=2,
+        width=2,
+        encoding="rgb8",
+        is_bigendian=0,
+        step=6,
+        data=np.full(12, value, dtype=np.uint8),
+    )
 
 
 def audio(ms: float, level: int):
     samples = np.full(640, level, dtype="<i2")
-    return msg("omniflow/msg/AudioChunk", header=H(ms), sample_rate=16000, channels=1, format=1,
-               sequence=int(ms // 40), data=np.frombuffer(samples.tobytes(), dtype=np.uint8))
+    return msg(
+        "omniflow/msg/AudioChunk",
+        header=H(ms),
+        sample_rate=16000,
+        channels=1,
+        format=1,
+        sequence=int(ms // 40),
+        data=np.frombuffer(samples.tobytes(), dtype=np.uint8),
+    )
 
 
 def fusion_run() -> report.Run:
     run = report.Run(start_ns=START)
-    run.messages["audio"] = [(START + (k * 40 + 2) * MS, audio(k * 40, 100 * k))
-                             for k in range(50)]
-    run.messages["image_raw"] = [(START + int(k * 66.667 + 5) * MS, image(k * 66.667, k))
-                                 for k in range(30)]
+    run.messages["audio"] = [(START + (k * 40 + 2) * MS, audio(k * 40, 100 * k)) for k in range(50)]
+    run.messages["image_raw"] = [
+        (START + int(k * 66.667 + 5) * MS, image(k * 66.667, k)) for k in range(30)
+    ]
     run.messages["transcript"] = [
         (0, transcript(1, 990, 1500, "what", final=False)),
-        (0, transcript(1, 990, 1980, "what is this", at_ms=2400))]
+        (0, transcript(1, 990, 1980, "what is this", at_ms=2400)),
+    ]
     run.messages["associations"] = [(0, association(1, 990, [1000.0], [933.333]))]
     return run
 
@@ -85,45 +135,84 @@ def test_fusion_only_run_fills_its_rows_and_says_na_for_the_rest():
         assert table[stage] is None
     text = report.latency_table(table)
     assert text.count("n/a") == 8  # median and p90 of four rows
-    assert [line.split()[0] for line in text.splitlines()[2:]] == \
-        ["capture", "VAD/ASR", "vision", "association", "first", "first", "end"]
+    assert [line.split()[0] for line in text.splitlines()[2:]] == [
+        "capture",
+        "VAD/ASR",
+        "vision",
+        "association",
+        "first",
+        "first",
+        "end",
+    ]
 
 
 def test_dialogue_and_speech_rows_appear_when_their_topics_do():
     run = fusion_run()
-    response = [msg("omniflow/msg/ResponseChunk", header=H(2500 + 100 * i), turn_id=1, index=i,
-                    text_delta=piece, is_final=i == 2, turn_start=T(2000))
-                for i, piece in enumerate(["It is ", "a cup", "."])]
+    response = [
+        msg(
+            "omniflow/msg/ResponseChunk",
+            header=H(2500 + 100 * i),
+            turn_id=1,
+            index=i,
+            text_delta=piece,
+            is_final=i == 2,
+            turn_start=T(2000),
+        )
+        for i, piece in enumerate(["It is ", "a cup", "."])
+    ]
     run.messages["response"] = [(0, m) for m in response]
     run.messages["speech_state"] = [
-        (0, msg("omniflow/msg/SpeechState", header=H(0), speaking=False, turn_id=0,
-                phrase_index=0)),
-        (0, msg("omniflow/msg/SpeechState", header=H(2560), speaking=True, turn_id=1,
-                phrase_index=0))]
+        (
+            0,
+            msg("omniflow/msg/SpeechState", header=H(0), speaking=False, turn_id=0, phrase_index=0),
+        ),
+        (
+            0,
+            msg(
+                "omniflow/msg/SpeechState", header=H(2560), speaking=True, turn_id=1, phrase_index=0
+            ),
+        ),
+    ]
     table = report.latency(run)
     assert table["first token"]["median_ms"] == pytest.approx(500.0)
     assert table["first audio"]["median_ms"] == pytest.approx(60.0)
     assert table["end to end"]["median_ms"] == pytest.approx(2560.0 - 1980.0)
-    assert report.responses(run) == [{"turn_id": 1, "start_s": 2.0, "final": True,
-                                      "text": "It is a cup."}]
+    assert report.responses(run) == [
+        {"turn_id": 1, "start_s": 2.0, "final": True, "text": "It is a cup."}
+    ]
 
 
 def test_vision_row_comes_from_the_fusion_diagnostics():
     run = fusion_run()
     kv = typestore().types["diagnostic_msgs/msg/KeyValue"]
-    status = msg("diagnostic_msgs/msg/DiagnosticStatus", level=0, name="fusion",
-                 message="active", hardware_id="fusion",
-                 values=[kv(key="vision_encoded", value="10"),
-                         kv(key="scheduler.stage_ns_total.encode", value=str(85 * MS))])
-    run.messages["/diagnostics"] = [(0, msg("diagnostic_msgs/msg/DiagnosticArray", header=H(0),
-                                            status=[status]))]
+    status = msg(
+        "diagnostic_msgs/msg/DiagnosticStatus",
+        level=0,
+        name="fusion",
+        message="active",
+        hardware_id="fusion",
+        values=[
+            kv(key="vision_encoded", value="10"),
+            kv(key="scheduler.stage_ns_total.encode", value=str(85 * MS)),
+        ],
+    )
+    run.messages["/diagnostics"] = [
+        (0, msg("diagnostic_msgs/msg/DiagnosticArray", header=H(0), status=[status]))
+    ]
     assert report.latency(run)["vision"]["median_ms"] == pytest.approx(8.5)
 
 
 def test_chosen_frames_transcripts_and_associations_are_reported():
     run = fusion_run()
-    assert report.transcripts(run) == [{"utterance_id": 1, "start_s": 0.99, "end_s": 1.98,
-                                        "text": "what is this", "confidence": None}]
+    assert report.transcripts(run) == [
+        {
+            "utterance_id": 1,
+            "start_s": 0.99,
+            "end_s": 1.98,
+            "text": "what is this",
+            "confidence": None,
+        }
+    ]
     (decision,) = report.associations(run)
     assert decision["chosen_s"] == [1.0] and decision["candidates"] == 2
     frames = report.chosen_frames(run)
@@ -142,8 +231,13 @@ def test_report_files_are_written(tmp_path):
 
 
 def state(ms: float, value: int, turn: int = 0, *, stamp=None):
-    return msg("omniflow/msg/DialogueState", header=typestore().types["std_msgs/msg/Header"](
-        stamp=stamp or T(ms), frame_id=""), state=value, turn_id=turn, reason="")
+    return msg(
+        "omniflow/msg/DialogueState",
+        header=typestore().types["std_msgs/msg/Header"](stamp=stamp or T(ms), frame_id=""),
+        state=value,
+        turn_id=turn,
+        reason="",
+    )
 
 
 def run_with_states() -> report.Run:
@@ -152,13 +246,30 @@ def run_with_states() -> report.Run:
     run = fusion_run()
     zero = typestore().types["builtin_interfaces/msg/Time"](sec=0, nanosec=0)
     run.messages["dialogue_state"] = [
-        (START, state(0, 0, stamp=zero)), (START, state(990, 1, 1)), (START, state(2400, 2, 1)),
-        (START, state(2500, 3, 1)), (START, state(3900, 4, 1)), (START, state(3950, 1, 2)),
-        (START, state(4100, 2, 2)), (START, state(6000, 0, 2))]
+        (START, state(0, 0, stamp=zero)),
+        (START, state(990, 1, 1)),
+        (START, state(2400, 2, 1)),
+        (START, state(2500, 3, 1)),
+        (START, state(3900, 4, 1)),
+        (START, state(3950, 1, 2)),
+        (START, state(4100, 2, 2)),
+        (START, state(6000, 0, 2)),
+    ]
     run.messages["response"] = [
-        (0, msg("omniflow/msg/ResponseChunk", header=H(5800), turn_id=2, index=0,
+        (
+            0,
+            msg(
+                "omniflow/msg/ResponseChunk",
+                header=H(5800),
+                turn_id=2,
+                index=0,
                 text_delta="That is a very long answer that goes on past the end of the "
-                           "session, on and on.", is_final=True, turn_start=T(4100)))]
+                "session, on and on.",
+                is_final=True,
+                turn_start=T(4100),
+            ),
+        )
+    ]
     return run
 
 
@@ -170,8 +281,11 @@ def test_states_before_the_session_start_collapse_to_the_state_at_zero():
     assert min(entry["t_s"] for entry in report.build(run)["dialogue_states"]) == 0.0
     # two states latched before the start: only the later one is the state at the start
     run.messages["dialogue_state"].insert(1, (START, state(-5000, 2)))
-    assert report.states(run, "dialogue_state", "state")[0] == \
-        {"t_s": 0.0, "state": 2, "turn_id": 0}
+    assert report.states(run, "dialogue_state", "state")[0] == {
+        "t_s": 0.0,
+        "state": 2,
+        "turn_id": 0,
+    }
 
 
 def test_every_timeline_label_lies_inside_the_axes_and_no_time_is_negative():
@@ -182,9 +296,10 @@ def test_every_timeline_label_lies_inside_the_axes_and_no_time_is_negative():
     assert len(ax.texts) == 1 + 1 + 8  # a transcript, a response, eight states
     for label in ax.texts:
         extent = label.get_window_extent(renderer)
-        assert box.x0 <= extent.x0 and extent.x1 <= box.x1, \
-            f"{label.get_text()!r} spans {extent.x0:.0f}-{extent.x1:.0f} px, " \
+        assert box.x0 <= extent.x0 and extent.x1 <= box.x1, (
+            f"{label.get_text()!r} spans {extent.x0:.0f}-{extent.x1:.0f} px, "
             f"the axes {box.x0:.0f}-{box.x1:.0f}"
+        )
     assert {"INTERRUPTED", "LISTENING", "SPEAKING"} <= {label.get_text() for label in ax.texts}
     left, right = ax.get_xlim()
     assert left < 0 <= min(label.get_position()[0] for label in ax.texts)
@@ -194,9 +309,10 @@ def test_every_timeline_label_lies_inside_the_axes_and_no_time_is_negative():
 
 
 # ------------------------------------------------------------------- regression comparison
-GOLDEN = {"transcript": [{"utterance_id": 1, "start_s": 0.99, "end_s": 1.98,
-                          "text": "what is this"}],
-          "associations": [{"trigger_s": 0.99, "chosen_s": [1.0]}]}
+GOLDEN = {
+    "transcript": [{"utterance_id": 1, "start_s": 0.99, "end_s": 1.98, "text": "what is this"}],
+    "associations": [{"trigger_s": 0.99, "chosen_s": [1.0]}],
+}
 
 
 def test_a_run_within_the_tolerances_matches():
@@ -207,17 +323,27 @@ def test_a_run_within_the_tolerances_matches():
     assert regression.compare(actual, GOLDEN) == []
 
 
-@pytest.mark.parametrize(("change", "expected"), [
-    (lambda a: a["transcript"][0].update(start_s=1.5), "transcript[0].start_s: 1.5 s is 510 ms"),
-    (lambda a: a["transcript"][0].update(text="hello robot"), "similarity 0.00"),
-    (lambda a: a["transcript"][0].update(utterance_id=2), "utterance_id: 2 != 1"),
-    (lambda a: a["associations"][0].update(chosen_s=[1.0, 1.067]), "2 stamps"),
-    (lambda a: a["associations"].append({"trigger_s": 5.0, "chosen_s": []}),
-     "associations: 2 entries, golden has 1"),
-    (lambda a: a.update(response=[{"turn_id": 1, "text": "hi", "nonempty": True}]),
-     "response: produced but not in the golden file"),
-    (lambda a: a.pop("associations"), "associations: in the golden file but not produced"),
-])
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (
+            lambda a: a["transcript"][0].update(start_s=1.5),
+            "transcript[0].start_s: 1.5 s is 510 ms",
+        ),
+        (lambda a: a["transcript"][0].update(text="hello robot"), "similarity 0.00"),
+        (lambda a: a["transcript"][0].update(utterance_id=2), "utterance_id: 2 != 1"),
+        (lambda a: a["associations"][0].update(chosen_s=[1.0, 1.067]), "2 stamps"),
+        (
+            lambda a: a["associations"].append({"trigger_s": 5.0, "chosen_s": []}),
+            "associations: 2 entries, golden has 1",
+        ),
+        (
+            lambda a: a.update(response=[{"turn_id": 1, "text": "hi", "nonempty": True}]),
+            "response: produced but not in the golden file",
+        ),
+        (lambda a: a.pop("associations"), "associations: in the golden file but not produced"),
+    ],
+)
 def test_differences_are_named(change, expected):
     actual = json.loads(json.dumps(GOLDEN))
     change(actual)
@@ -230,8 +356,10 @@ def test_compared_topics_grow_with_the_graph_by_name():
     assert "response" not in regression.compared_topics(("fusion", "speech"))
     later = regression.compared_topics(("fusion", "speech", "dialogue"))
     assert {"dialogue_state", "response"} <= set(later)
-    assert set(regression.summarize(fusion_run(), ["transcript", "associations"])) == \
-        {"transcript", "associations"}
+    assert set(regression.summarize(fusion_run(), ["transcript", "associations"])) == {
+        "transcript",
+        "associations",
+    }
 
 
 def test_the_golden_file_matches_the_table():

@@ -22,8 +22,7 @@ def test_phrases():
 def test_sentences():
     assert describe([]) == ([], "")
     assert describe([("person", None)]) == (["person"], "The camera shows a person.")
-    phrases, sentence = describe([("face", None), ("face", None), ("person", None),
-                                  ("class", "3")])
+    phrases, sentence = describe([("face", None), ("face", None), ("person", None), ("class", "3")])
     assert phrases == ["face", "person", "object of class 3"]
     assert sentence == "The camera shows a face, a person and an object of class 3."
 

@@ -26,13 +26,23 @@ class FakeClock:
     def spend(self, ns: int):
         def stage(_slice: Slice) -> None:
             self.now += ns
+
         return stage
 
 
 @pytest.mark.parametrize(
     ("value", "ok"),
-    [(20 * MS, True), (40 * MS, True), (500 * MS, True), (20 * MS - 1, False),
-     (500 * MS + 1, False), (0, False), (-40 * MS, False), (40e6, False), (True, False)],
+    [
+        (20 * MS, True),
+        (40 * MS, True),
+        (500 * MS, True),
+        (20 * MS - 1, False),
+        (500 * MS + 1, False),
+        (0, False),
+        (-40 * MS, False),
+        (40e6, False),
+        (True, False),
+    ],
 )
 def test_slice_length_is_checked_against_20_to_500_ms(value, ok):
     if ok:
@@ -45,8 +55,7 @@ def test_slice_length_is_checked_against_20_to_500_ms(value, ok):
 
 def test_stages_run_in_order_with_the_slice():
     calls = []
-    scheduler = TdmScheduler(**{name: (lambda s, n=name: calls.append((n, s)))
-                                for name in STAGES})
+    scheduler = TdmScheduler(**{name: (lambda s, n=name: calls.append((n, s))) for name in STAGES})
     assert scheduler.run_due(T0) is None  # anchors the schedule
     assert scheduler.next_due_ns == T0 + 40 * MS
     ran = scheduler.run_due(T0 + 40 * MS)
@@ -61,13 +70,15 @@ def test_stages_run_in_order_with_the_slice():
     ("nows_ms", "slices", "totals"),
     [
         ([0, 39, 40, 79, 80], [None, None, (0, 0, 40, 1), None, (1, 40, 80, 1)], (2, 0, 0)),
-        ([0, 60, 100, 119, 120], [None, (0, 0, 40, 1), (1, 40, 80, 1), None, (2, 80, 120, 1)],
-         (3, 0, 0)),
-        ([0, 130], [None, (0, 0, 120, 3)], (1, 1, 2)),                  # 3 due: one merged
+        (
+            [0, 60, 100, 119, 120],
+            [None, (0, 0, 40, 1), (1, 40, 80, 1), None, (2, 80, 120, 1)],
+            (3, 0, 0),
+        ),
+        ([0, 130], [None, (0, 0, 120, 3)], (1, 1, 2)),  # 3 due: one merged
         ([0, 40, 40, 40], [None, (0, 0, 40, 1), None, None], (1, 0, 0)),  # no repeats
         ([0, 40, 1040], [None, (0, 0, 40, 1), (1, 40, 1040, 25)], (2, 1, 24)),
-        ([0, 40, 200, 240], [None, (0, 0, 40, 1), (1, 40, 200, 4), (5, 200, 240, 1)],
-         (3, 1, 3)),
+        ([0, 40, 200, 240], [None, (0, 0, 40, 1), (1, 40, 200, 4), (5, 200, 240, 1)], (3, 1, 3)),
     ],
 )
 def test_due_slices_and_the_merge_skip_policy(nows_ms, slices, totals):
@@ -89,7 +100,7 @@ def test_due_slices_and_the_merge_skip_policy(nows_ms, slices, totals):
     ("work_ms", "overruns"),
     [
         ([(1, 2, 3, 4)], 0),
-        ([(10, 10, 10, 10)], 0),        # exactly the slice: not an overrun
+        ([(10, 10, 10, 10)], 0),  # exactly the slice: not an overrun
         ([(10, 10, 10, 11)], 1),
         ([(50, 0, 0, 0), (1, 1, 1, 1), (0, 0, 41, 0)], 2),
     ],
@@ -102,6 +113,7 @@ def test_overruns_and_per_stage_times_with_a_fake_clock(work_ms, overruns):
     def stage(name):
         def run(_slice):
             clock.now += current[name] * MS
+
         return run
 
     scheduler = TdmScheduler(40 * MS, clock=clock, **{n: stage(n) for n in STAGES})
@@ -140,8 +152,12 @@ def test_missing_stages_are_skipped_and_take_no_time():
     scheduler = TdmScheduler(40 * MS, clock=clock, associate=clock.spend(3 * MS))
     scheduler.run_due(T0)
     scheduler.run_due(T0 + 40 * MS)
-    assert scheduler.stats.stage_ns_last == {"ingest": 0, "encode": 0,
-                                             "associate": 3 * MS, "emit": 0}
+    assert scheduler.stats.stage_ns_last == {
+        "ingest": 0,
+        "encode": 0,
+        "associate": 3 * MS,
+        "emit": 0,
+    }
 
 
 def test_a_clock_jump_back_reanchors_the_schedule():
@@ -150,7 +166,7 @@ def test_a_clock_jump_back_reanchors_the_schedule():
     scheduler.run_due(T0 + 10_040 * MS)
     assert scheduler.run_due(T0 + 10_000 * MS) is None  # within a slice: just not due
     assert scheduler.stats.clock_resets == 0
-    assert scheduler.run_due(T0) is None                 # the bag looped
+    assert scheduler.run_due(T0) is None  # the bag looped
     assert scheduler.stats.clock_resets == 1
     assert scheduler.run_due(T0 + 40 * MS) == Slice(0, T0, T0 + 40 * MS)
 
@@ -172,9 +188,13 @@ def test_stage_errors_are_reported_and_the_other_stages_still_run():
     def broken(_slice):
         raise RuntimeError("encoder failed")
 
-    scheduler = TdmScheduler(40 * MS, clock=FakeClock(), encode=broken,
-                             emit=lambda s: ran.append(s),
-                             on_error=lambda stage, err: errors.append((stage, str(err))))
+    scheduler = TdmScheduler(
+        40 * MS,
+        clock=FakeClock(),
+        encode=broken,
+        emit=lambda s: ran.append(s),
+        on_error=lambda stage, err: errors.append((stage, str(err))),
+    )
     scheduler.run_due(T0)
     scheduler.run_due(T0 + 40 * MS)
     assert errors == [("encode", "encoder failed")]

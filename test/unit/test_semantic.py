@@ -33,8 +33,9 @@ def test_a_fixed_vector_has_a_fixed_code_for_this_seed_and_version():
     assert VERSION == 1
     encoder = LshEncoder(dim=8, bits=32, seed=0)
     assert encoder.encode(GOLDEN_VECTOR) == 0x5BC763D5
-    np.testing.assert_allclose(encoder.planes[0, :3], [0.06681528, -1.09477389, -0.81601345],
-                               rtol=1e-7)
+    np.testing.assert_allclose(
+        encoder.planes[0, :3], [0.06681528, -1.09477389, -0.81601345], rtol=1e-7
+    )
     # No projection is near zero, so summation order (BLAS, SIMD) cannot flip a bit.
     assert np.abs(encoder.planes @ GOLDEN_VECTOR).min() > 0.05
     assert LshEncoder(dim=8, seed=0).encode(GOLDEN_VECTOR) == 0x5BC763D5
@@ -86,7 +87,8 @@ def test_hamming_and_similarity_are_symmetric_and_bounded(a, b):
 
 @pytest.mark.parametrize("numpy_has_bitwise_count", [True, False])
 def test_vectorised_hamming_matches_with_and_without_numpy_bitwise_count(
-        numpy_has_bitwise_count, monkeypatch):
+    numpy_has_bitwise_count, monkeypatch
+):
     if not numpy_has_bitwise_count:  # numpy 1.x on Ubuntu 24.04 robots
         monkeypatch.delattr(np, "bitwise_count", raising=False)
     rng = np.random.default_rng(5)
@@ -98,8 +100,11 @@ def test_vectorised_hamming_matches_with_and_without_numpy_bitwise_count(
 
 @pytest.mark.parametrize(
     ("vector", "message"),
-    [(np.zeros(7), "expected a vector of 8"), (np.full(8, np.nan), "NaN"),
-     (np.array([np.inf] + [0.0] * 7), "NaN or infinite")],
+    [
+        (np.zeros(7), "expected a vector of 8"),
+        (np.full(8, np.nan), "NaN"),
+        (np.array([np.inf] + [0.0] * 7), "NaN or infinite"),
+    ],
 )
 def test_bad_embeddings_are_rejected(vector, message):
     with pytest.raises(ValueError, match=message):
@@ -108,8 +113,14 @@ def test_bad_embeddings_are_rejected(vector, message):
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"dim": 0}, {"dim": 8, "bits": 33}, {"dim": 8, "bits": 0}, {"dim": 8, "seed": -1},
-     {"dim": 8, "seed": 1.5}, {"dim": 8, "center": np.zeros(3)}],
+    [
+        {"dim": 0},
+        {"dim": 8, "bits": 33},
+        {"dim": 8, "bits": 0},
+        {"dim": 8, "seed": -1},
+        {"dim": 8, "seed": 1.5},
+        {"dim": 8, "center": np.zeros(3)},
+    ],
 )
 def test_bad_encoder_settings_are_config_errors(kwargs):
     with pytest.raises(ConfigError):
@@ -121,8 +132,7 @@ def test_a_center_makes_one_orthant_embeddings_informative():
     features = np.abs(rng.standard_normal((200, 32))) + 3.0  # all positive, like ReLU output
     plain = LshEncoder(dim=32).encode_batch(features)
     centred = LshEncoder(dim=32, center=features.mean(axis=0)).encode_batch(features)
-    spread = [np.mean(hamming_many(int(c), codes)) for codes in (plain, centred) for c in
-              codes[:1]]
+    spread = [np.mean(hamming_many(int(c), codes)) for codes in (plain, centred) for c in codes[:1]]
     assert spread[0] < 8 < spread[1]  # without centring every code looks alike
 
 
@@ -134,14 +144,17 @@ def flip_bits(code: int, positions: list[int]) -> int:
 
 
 @settings(max_examples=200, deadline=None)
-@given(codes=st.lists(CODES, min_size=1, max_size=16), pick=st.integers(0, 15),
-       flips=st.lists(st.integers(0, 31), max_size=3, unique=True),
-       bands=st.sampled_from([4, 8]))
+@given(
+    codes=st.lists(CODES, min_size=1, max_size=16),
+    pick=st.integers(0, 15),
+    flips=st.lists(st.integers(0, 31), max_size=3, unique=True),
+    bands=st.sampled_from([4, 8]),
+)
 def test_bloom_never_misses_a_code_within_bands_minus_one_bits(codes, pick, flips, bands):
     bloom = BloomFilter(bits=512, hashes=3, bands=bands)
     for code in codes:
         bloom.add(code)
-    flips = flips[:bloom.exact_hamming]
+    flips = flips[: bloom.exact_hamming]
     assert bloom.maybe_similar(flip_bits(codes[pick % len(codes)], flips))
 
 
@@ -182,7 +195,8 @@ def test_bloom_answers_no_for_unrelated_codes_most_of_the_time():
 
 
 @pytest.mark.parametrize(
-    "kwargs", [{"bits": 4}, {"hashes": 0}, {"hashes": 17}, {"bands": 3}, {"bands": 64}])
+    "kwargs", [{"bits": 4}, {"hashes": 0}, {"hashes": 17}, {"bands": 3}, {"bands": 64}]
+)
 def test_bad_bloom_settings_are_config_errors(kwargs):
     with pytest.raises(ConfigError):
         BloomFilter(**kwargs)
@@ -203,10 +217,18 @@ T = 5_000 * MS
         (Gate(12), 0b0, T, GateResult(True, 1.0, "")),
         (Gate(12), (1 << 12) - 1, T - 70 * MS, GateResult(True, 0.625, "")),
         (Gate(12), (1 << 17) - 1, T, GateResult(False, 1 - 17 / 32, "hamming 17 > 12")),
-        (Gate(12, max_age_ns=60 * MS), 0b111, T - 95 * MS,
-         GateResult(False, 1 - 3 / 32, "too old (95.0 ms > 60.0 ms)")),
-        (Gate(12, max_age_ns=60 * MS), (1 << 17) - 1, T - 95 * MS,
-         GateResult(False, 1 - 17 / 32, "hamming 17 > 12; too old (95.0 ms > 60.0 ms)")),
+        (
+            Gate(12, max_age_ns=60 * MS),
+            0b111,
+            T - 95 * MS,
+            GateResult(False, 1 - 3 / 32, "too old (95.0 ms > 60.0 ms)"),
+        ),
+        (
+            Gate(12, max_age_ns=60 * MS),
+            (1 << 17) - 1,
+            T - 95 * MS,
+            GateResult(False, 1 - 17 / 32, "hamming 17 > 12; too old (95.0 ms > 60.0 ms)"),
+        ),
         (Gate(12, max_age_ns=60 * MS), 0b1, T + 100 * MS, GateResult(True, 1 - 1 / 32, "")),
         (Gate(32), 0xFFFF_FFFF, T, GateResult(True, 0.0, "")),  # recency only
         (Gate(0), 0b1, T, GateResult(False, 1 - 1 / 32, "hamming 1 > 0")),
@@ -218,8 +240,15 @@ def test_gate_decisions(gate, code, stamp, expected):
 
 
 @pytest.mark.parametrize(
-    "kwargs", [{"max_hamming": -1}, {"max_hamming": 33}, {"max_age_ns": 0},
-               {"max_hamming": 9, "bits": 8}, {"max_hamming": True}])
+    "kwargs",
+    [
+        {"max_hamming": -1},
+        {"max_hamming": 33},
+        {"max_age_ns": 0},
+        {"max_hamming": 9, "bits": 8},
+        {"max_hamming": True},
+    ],
+)
 def test_bad_gate_settings_are_config_errors(kwargs):
     with pytest.raises(ConfigError):
         Gate(**kwargs)

@@ -9,19 +9,24 @@ from omniflow.core.speech_turns import Speak, SpeechPlanner, Stop, TurnDone
 
 
 def planner(**kwargs) -> SpeechPlanner:
-    return SpeechPlanner(lambda: PhraseChunker(first_min_words=2, first_max_words=6,
-                                               first_max_wait_s=0.35, min_words=4,
-                                               max_words=25), **kwargs)
+    return SpeechPlanner(
+        lambda: PhraseChunker(
+            first_min_words=2, first_max_words=6, first_max_wait_s=0.35, min_words=4, max_words=25
+        ),
+        **kwargs,
+    )
 
 
-def stream(plan: SpeechPlanner, turn: int, text: str, start: int = 0, final: bool = True,
-           now: float = 0.0) -> list:
+def stream(
+    plan: SpeechPlanner, turn: int, text: str, start: int = 0, final: bool = True, now: float = 0.0
+) -> list:
     words = text.split(" ")
     actions = []
     for offset, word in enumerate(words):
         delta = word if offset == 0 and start == 0 else " " + word
-        actions += plan.on_chunk(turn, start + offset, delta,
-                                 final and offset == len(words) - 1, now + 0.025 * offset)
+        actions += plan.on_chunk(
+            turn, start + offset, delta, final and offset == len(words) - 1, now + 0.025 * offset
+        )
     return actions
 
 
@@ -36,7 +41,8 @@ def test_a_whole_turn_is_spoken_phrase_by_phrase_then_done():
     assert len(spoken(actions)) >= 2
     assert actions[-1] == TurnDone(1)
     assert [a.phrase.index for a in actions if isinstance(a, Speak)] == list(
-        range(len(spoken(actions))))
+        range(len(spoken(actions)))
+    )
     assert plan.current_turn is None
 
 

@@ -45,22 +45,41 @@ def test_level_is_error_while_an_error_is_set(counters: dict[str, int]) -> None:
 
 def test_ok_message_is_the_status() -> None:
     assert CaptureStats(status="streaming: hello.wav", published=50).message == (
-        "streaming: hello.wav")
+        "streaming: hello.wav"
+    )
 
 
 def test_warn_message_lists_every_loss_counter() -> None:
-    stats = CaptureStats(status="streaming: mic", overflows=1, gaps=2, missing=5, dropped=3,
-                         errors=4)
+    stats = CaptureStats(
+        status="streaming: mic", overflows=1, gaps=2, missing=5, dropped=3, errors=4
+    )
     assert stats.message == (
-        "streaming: mic; lost data: 1 overflows, 2 gaps (5 missing), 3 dropped, 4 read errors")
+        "streaming: mic; lost data: 1 overflows, 2 gaps (5 missing), 3 dropped, 4 read errors"
+    )
 
 
 def test_values_are_every_counter_as_text_in_declaration_order() -> None:
-    stats = CaptureStats(published=12, overflows=1, gaps=2, missing=3, dropped=4, restarts=5,
-                         errors=6, pacing_resyncs=7, status="s", error="e")
+    stats = CaptureStats(
+        published=12,
+        overflows=1,
+        gaps=2,
+        missing=3,
+        dropped=4,
+        restarts=5,
+        errors=6,
+        pacing_resyncs=7,
+        status="s",
+        error="e",
+    )
     assert stats.values() == [
-        ("errors", "6"), ("published", "12"), ("overflows", "1"), ("gaps", "2"),
-        ("missing", "3"), ("dropped", "4"), ("restarts", "5"), ("pacing_resyncs", "7"),
+        ("errors", "6"),
+        ("published", "12"),
+        ("overflows", "1"),
+        ("gaps", "2"),
+        ("missing", "3"),
+        ("dropped", "4"),
+        ("restarts", "5"),
+        ("pacing_resyncs", "7"),
     ]
 
 

@@ -24,16 +24,19 @@ TREES = Path(__file__).parents[1] / "data" / "sysfs"
 @pytest.fixture
 def tree(tmp_path):
     """A writable copy of one fake tree."""
+
     def copy(name: str) -> Path:
         root = tmp_path / name
         shutil.copytree(TREES / name, root)
         return root
+
     return copy
 
 
 def set_stat(root: Path, user: int, idle: int) -> None:
-    (root / "proc" / "stat").write_text(f"cpu  {user} 0 0 {idle} 0 0 0 0 0 0\n"
-                                        f"cpu0 {user} 0 0 {idle} 0 0 0 0 0 0\n")
+    (root / "proc" / "stat").write_text(
+        f"cpu  {user} 0 0 {idle} 0 0 0 0 0 0\ncpu0 {user} 0 0 {idle} 0 0 0 0 0 0\n"
+    )
 
 
 # ----------------------------------------------------------------- pure: text in, values out
@@ -57,8 +60,10 @@ def test_load_and_rapl_power_between_two_samples():
     assert math.isnan(telemetry.rapl_power_w(None, first))
     wrapped = (2.0, {"intel-rapl:0": (1_000_000.0, 10_000_000.0)})
     assert telemetry.rapl_power_w(first, wrapped) == pytest.approx(1.0)  # 2 J over 2 s
-    assert telemetry.first_power([(float("nan"), "battery"), (0.0, "hwmon"),
-                                  (3.0, "rapl")]) == (3.0, "rapl")
+    assert telemetry.first_power([(float("nan"), "battery"), (0.0, "hwmon"), (3.0, "rapl")]) == (
+        3.0,
+        "rapl",
+    )
     value, source = telemetry.first_power([(float("nan"), "battery")])
     assert math.isnan(value) and source == ""
 
@@ -91,7 +96,7 @@ def test_phone_battery_from_current_and_voltage_and_a_zone_without_a_sensor():
     root = str(TREES / "phone")
     zones = sysfs.thermal_zones(root)
     assert zones == {"zone0:battery": 31.0, "zone1:soc-thermal": 38.5}  # zone2 unreadable
-    battery, = sysfs.batteries(root)  # the USB supply is not a battery
+    (battery,) = sysfs.batteries(root)  # the USB supply is not a battery
     assert battery.percent == 15 and battery.status == "Discharging"
     assert battery.power_w == pytest.approx(0.4 * 3.8)
     assert not battery.charging
@@ -159,20 +164,27 @@ def test_raspberry_pi_throttling_and_pmic_through_vcgencmd(tree):
     root = tree("pi5")
     outputs = {
         "get_throttled": "throttled=0x50005\n",
-        "pmic_read_adc": ("   3V7_WL_SW_A current(0)=0.10000000A\n"
-                          "     VDD_CORE_A current(7)=2.00000000A\n"
-                          "   3V7_WL_SW_V volt(8)=3.70000000V\n"
-                          "     VDD_CORE_V volt(15)=0.90000000V\n"
-                          "        EXT5V_V volt(24)=5.10000000V\n"),
+        "pmic_read_adc": (
+            "   3V7_WL_SW_A current(0)=0.10000000A\n"
+            "     VDD_CORE_A current(7)=2.00000000A\n"
+            "   3V7_WL_SW_V volt(8)=3.70000000V\n"
+            "     VDD_CORE_V volt(15)=0.90000000V\n"
+            "        EXT5V_V volt(24)=5.10000000V\n"
+        ),
     }
     calls = []
 
     def vcgencmd(args):
         calls.append(args[0])
         return outputs[args[0]]
+
     sample = TelemetryReader(str(root), vcgencmd=vcgencmd).sample(0.0)
-    assert sample.throttled == ["under-voltage", "throttled", "under-voltage has occurred",
-                                "throttling has occurred"]
+    assert sample.throttled == [
+        "under-voltage",
+        "throttled",
+        "under-voltage has occurred",
+        "throttling has occurred",
+    ]
     assert sample.power_source == "pmic"
     assert sample.power_w == pytest.approx(0.1 * 3.7 + 2.0 * 0.9)
     assert set(calls) == {"get_throttled", "pmic_read_adc"}
@@ -195,7 +207,8 @@ def test_cpufreq_writes_per_cpu_and_reports_what_was_refused(tree):
     assert len(written) == 2 and refused == []
     assert [c.governor for c in sysfs.cpu_frequencies(str(root))] == ["powersave"] * 2
     written, _ = sysfs.write_cpufreq(
-        str(root), "scaling_max_freq", lambda cpu: str(int(cpu.hardware_max_khz * 0.5)))
+        str(root), "scaling_max_freq", lambda cpu: str(int(cpu.hardware_max_khz * 0.5))
+    )
     assert {c.max_khz for c in sysfs.cpu_frequencies(str(root))} == {1_000_000}
     (root / "sys/devices/system/cpu/cpu1/cpufreq/scaling_governor").chmod(0o444)
     if (root / "sys/devices/system/cpu/cpu1/cpufreq/scaling_governor").stat().st_mode & 0o200:

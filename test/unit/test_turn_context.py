@@ -34,12 +34,14 @@ def context_with_speech(start_ns: int = T0) -> TurnContext:
 
 def test_the_association_of_the_utterance_names_what_was_seen():
     ctx = context_with_speech()
-    ctx.add_association(T0 - 5 * NS_PER_S, [(T0 - 5 * NS_PER_S, "a dog")])   # another one
-    ctx.add_association(T0 + 30 * NS_PER_MS, [(T0 - 100, "a red cup"), (T0 - 50, "a red cup"),
-                                              (T0 - 20, "a hand")])
+    ctx.add_association(T0 - 5 * NS_PER_S, [(T0 - 5 * NS_PER_S, "a dog")])  # another one
+    ctx.add_association(
+        T0 + 30 * NS_PER_MS, [(T0 - 100, "a red cup"), (T0 - 50, "a red cup"), (T0 - 20, "a hand")]
+    )
     ctx.add_scene(T0, "The camera shows a table.", False)
-    assert ctx.seen(5, T0 + NS_PER_S, MAX_AGE) == Seen("a red cup; a hand",
-                                                       (T0 - 100, T0 - 50, T0 - 20))
+    assert ctx.seen(5, T0 + NS_PER_S, MAX_AGE) == Seen(
+        "a red cup; a hand", (T0 - 100, T0 - 50, T0 - 20)
+    )
 
 
 @pytest.mark.parametrize("chosen", [[], None])
@@ -47,7 +49,7 @@ def test_without_a_matching_choice_the_newest_recent_scene_is_used(chosen):
     ctx = context_with_speech()
     if chosen is None:  # the only association is too far from the utterance
         ctx.add_association(T0 + TRIGGER_MATCH_NS + 1, [(T0, "a dog")])
-    else:               # it matches but chose nothing
+    else:  # it matches but chose nothing
         ctx.add_association(T0, chosen)
     ctx.add_scene(T0 - NS_PER_S, "old", False)
     ctx.add_scene(T0, "The camera shows a face.", True)
@@ -80,13 +82,15 @@ def test_a_turn_prompt_carries_scene_history_and_decoded_frames():
     ctx.add_frame(T0, "good")
     ctx.add_frame(T0 + 66 * NS_PER_MS, "broken")
     decode = {"good": "RGB", "broken": None}.get  # a frame that does not decode is skipped
-    prompt = ctx.begin_turn(spoken(), SYSTEM, T0, vision=True, max_age_ns=MAX_AGE,
-                            decode=decode)
-    assert (prompt.system, prompt.user, prompt.scene, prompt.images) == \
-        (SYSTEM, "what is this", "a red cup", ("RGB",))
+    prompt = ctx.begin_turn(spoken(), SYSTEM, T0, vision=True, max_age_ns=MAX_AGE, decode=decode)
+    assert (prompt.system, prompt.user, prompt.scene, prompt.images) == (
+        SYSTEM,
+        "what is this",
+        "a red cup",
+        ("RGB",),
+    )
     assert ctx.begin_turn(spoken(2), SYSTEM, T0, vision=True, max_age_ns=MAX_AGE).images == ()
-    blind = ctx.begin_turn(spoken(3), SYSTEM, T0, vision=False, max_age_ns=MAX_AGE,
-                           decode=decode)
+    blind = ctx.begin_turn(spoken(3), SYSTEM, T0, vision=False, max_age_ns=MAX_AGE, decode=decode)
     assert (blind.scene, blind.images) == ("", ())
 
 
@@ -98,9 +102,13 @@ def test_history_keeps_what_was_said_and_only_finished_sentences_of_a_cut_answer
     ctx.end_turn(TurnEnded(2, "interrupted", "It is red. It holds", "barge-in"), T0, 16)
     ctx.begin_turn(spoken(3, "and now"), SYSTEM, T0, vision=False, max_age_ns=0)
     ctx.end_turn(TurnEnded(3, "cancelled", "Well", "preempted"), T0, 16)
-    assert ctx.history == (Turn("user", "what is this"), Turn("robot", "It is a cup."),
-                           Turn("user", "tell me more"), Turn("robot", "It is red."),
-                           Turn("user", "and now"))
+    assert ctx.history == (
+        Turn("user", "what is this"),
+        Turn("robot", "It is a cup."),
+        Turn("user", "tell me more"),
+        Turn("robot", "It is red."),
+        Turn("user", "and now"),
+    )
     prompt = ctx.begin_turn(spoken(4, "bye"), SYSTEM, T0, vision=False, max_age_ns=0)
     assert prompt.history == ctx.history
     assert ctx.warm_prompt(SYSTEM, "by").history == ctx.history
@@ -124,9 +132,9 @@ def test_idle_time_is_on_the_node_clock_and_restarts_at_each_turn_end():
 
 
 def test_idle_time_starts_with_the_clock_and_again_when_it_goes_back():
-    ctx = TurnContext(0)                     # sim time before the first /clock
+    ctx = TurnContext(0)  # sim time before the first /clock
     assert ctx.idle_s(0) == 0.0
-    assert ctx.idle_s(T0) == 0.0             # the clock started: counting from now
+    assert ctx.idle_s(T0) == 0.0  # the clock started: counting from now
     assert ctx.idle_s(T0 + 2 * NS_PER_S) == 2.0
     assert ctx.idle_s(T0 - NS_PER_S) == 0.0  # a replay restarted
     assert ctx.idle_s(T0) == 1.0
@@ -134,8 +142,10 @@ def test_idle_time_starts_with_the_clock_and_again_when_it_goes_back():
 
 def test_proactive_rules_see_idle_time_power_and_people_on_the_node_clock():
     params = {spec.name: spec.default for spec in TURN_PARAMS}
-    params["proactive.rules"] = ("idle_s > 60 and battery_percent < 15 => Say the battery is "
-                                 "low.\nperson_appeared => Greet them.")
+    params["proactive.rules"] = (
+        "idle_s > 60 and battery_percent < 15 => Say the battery is "
+        "low.\nperson_appeared => Greet them."
+    )
     params["proactive.min_interval_s"] = 30.0
     ctx = TurnContext.from_params(params, T0)
     assert ctx.proactive(T0 + 61 * NS_PER_S, listening=True) is None  # battery unknown

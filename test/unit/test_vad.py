@@ -37,8 +37,12 @@ def _has_silero() -> bool:
 
 ENGINES = [
     "webrtc",
-    pytest.param("silero", marks=pytest.mark.skipif(
-        not _has_silero(), reason="silero-vad (--no-deps) and onnxruntime not installed")),
+    pytest.param(
+        "silero",
+        marks=pytest.mark.skipif(
+            not _has_silero(), reason="silero-vad (--no-deps) and onnxruntime not installed"
+        ),
+    ),
 ]
 
 
@@ -49,14 +53,15 @@ def hello() -> np.ndarray:
     return samples
 
 
-def run(vad: VoiceActivityDetector, samples: np.ndarray, chunk: int = 640,
-        base_ns: int = BASE_NS) -> list[VadEvent]:
+def run(
+    vad: VoiceActivityDetector, samples: np.ndarray, chunk: int = 640, base_ns: int = BASE_NS
+) -> list[VadEvent]:
     """Feed ``samples`` in chunks stamped from ``base_ns``, then 1 s of silence to close."""
     tail = np.zeros(16_000, dtype=np.int16)
     stream = np.concatenate([samples, tail])
     events: list[VadEvent] = []
     for i in range(0, len(stream), chunk):
-        events += vad.process(stream[i:i + chunk], base_ns + i * NS_PER_SAMPLE)
+        events += vad.process(stream[i : i + chunk], base_ns + i * NS_PER_SAMPLE)
     return events
 
 
@@ -78,7 +83,8 @@ def test_speech_in_hello_wav_is_found_in_stream_time(engine: str, hello: np.ndar
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_a_long_min_silence_keeps_the_two_sentences_in_one_utterance(
-        engine: str, hello: np.ndarray) -> None:
+    engine: str, hello: np.ndarray
+) -> None:
     events = run(make_vad(engine, min_silence_ms=600, hangover_ms=100), hello)
     assert [e.kind for e in events] == ["start", "end"], seconds(events)
 
@@ -110,7 +116,7 @@ def test_is_speech_and_reset(engine: str, hello: np.ndarray) -> None:
     vad = make_vad(engine)
     events = []
     for i in range(0, 16_000, 640):  # the first second: speech starts at ~0.5 s
-        events += vad.process(hello[i:i + 640], i * NS_PER_SAMPLE)
+        events += vad.process(hello[i : i + 640], i * NS_PER_SAMPLE)
     assert [e.kind for e in events] == ["start"]
     assert vad.is_speech
     vad.reset()
@@ -131,7 +137,8 @@ def test_is_speech_and_reset(engine: str, hello: np.ndarray) -> None:
     ],
 )
 def test_bad_chunks_are_refused_naming_the_problem(
-        samples: object, kwargs: dict, message: str) -> None:
+    samples: object, kwargs: dict, message: str
+) -> None:
     vad = make_vad("webrtc")
     with pytest.raises(AudioFormatError, match=message):
         vad.process(samples, 0, **kwargs)  # type: ignore[arg-type]
@@ -147,8 +154,9 @@ def test_a_mono_column_is_accepted(hello: np.ndarray) -> None:
     flat, column = make_vad("webrtc"), make_vad("webrtc")
     for i in range(0, len(hello), 640):
         stamp = i * NS_PER_SAMPLE
-        assert flat.process(hello[i:i + 640], stamp) == column.process(
-            hello[i:i + 640, None], stamp)
+        assert flat.process(hello[i : i + 640], stamp) == column.process(
+            hello[i : i + 640, None], stamp
+        )
     assert flat.is_speech == column.is_speech
 
 
@@ -174,7 +182,8 @@ def test_engine_names_are_listed() -> None:
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_speech_with_white_noise_at_20_db_snr_is_still_found(
-        engine: str, hello: np.ndarray) -> None:
+    engine: str, hello: np.ndarray
+) -> None:
     speech = hello.astype(np.float64)
     rms = float(np.sqrt(np.mean(speech[speech != 0] ** 2)))
     noise = np.random.default_rng(1).normal(0.0, rms / 10.0, len(speech))  # 20 dB below
@@ -185,7 +194,8 @@ def test_speech_with_white_noise_at_20_db_snr_is_still_found(
 
 
 def test_a_gap_in_the_chunk_stamps_moves_later_events_but_not_leftover_samples(
-        hello: np.ndarray) -> None:
+    hello: np.ndarray,
+) -> None:
     """Chunk stamps are followed, not integrated: lost chunks shift what comes after them.
 
     333-sample chunks leave remainders in the 480-sample webrtc frames; the samples left over
@@ -197,8 +207,8 @@ def test_a_gap_in_the_chunk_stamps_moves_later_events_but_not_leftover_samples(
     got: list[VadEvent] = []
     for i in range(0, len(hello), 333):
         stamp = i * NS_PER_SAMPLE
-        expected += reference.process(hello[i:i + 333], stamp)
-        got += shifted.process(hello[i:i + 333], stamp + (gap_ns if i >= 4 * 333 else 0))
+        expected += reference.process(hello[i : i + 333], stamp)
+        got += shifted.process(hello[i : i + 333], stamp + (gap_ns if i >= 4 * 333 else 0))
     assert expected and len(got) == len(expected)
     # speech starts at ~0.5 s, long after the gap: every event moved by exactly the gap
     assert [e.stamp_ns - gap_ns for e in got] == [e.stamp_ns for e in expected]

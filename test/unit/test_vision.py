@@ -98,13 +98,16 @@ def test_anchor_counts_match_the_models() -> None:
     assert len(ssd_anchors(224, (8, 16, 32), (2, 2, 6))) == 2254
 
 
-@pytest.mark.parametrize(("origin", "toward", "region"), [
-    ((0.5, 0.5), (0.4, 0.4), "top-left"),
-    ((0.5, 0.5), (0.6, 0.5), "middle-right"),
-    ((0.5, 0.8), (0.5, 0.7), "top-center"),
-    ((0.2, 0.2), (0.3, 0.3), "bottom-right"),
-    ((0.5, 0.5), (0.5, 0.5), "middle-center"),
-])
+@pytest.mark.parametrize(
+    ("origin", "toward", "region"),
+    [
+        ((0.5, 0.5), (0.4, 0.4), "top-left"),
+        ((0.5, 0.5), (0.6, 0.5), "middle-right"),
+        ((0.5, 0.8), (0.5, 0.7), "top-center"),
+        ((0.2, 0.2), (0.3, 0.3), "bottom-right"),
+        ((0.5, 0.5), (0.5, 0.5), "middle-center"),
+    ],
+)
 def test_pointing_region(origin, toward, region) -> None:
     assert pointing_region(origin, toward) == region
 
@@ -124,13 +127,13 @@ def _perturb(img: np.ndarray) -> np.ndarray:
     return np.clip(moved.astype(np.int16) + 12, 0, 255).astype(np.uint8)
 
 
-def test_lsh_codes_of_similar_frames_are_closer_than_of_different_photos(encoder,
-                                                                         photos) -> None:
+def test_lsh_codes_of_similar_frames_are_closer_than_of_different_photos(encoder, photos) -> None:
     codes = {n: encoder.encode(img, 1).code for n, img in photos.items()}
-    near = {n: hamming(codes[n], encoder.encode(_perturb(img), 2).code)
-            for n, img in photos.items()}
+    near = {
+        n: hamming(codes[n], encoder.encode(_perturb(img), 2).code) for n, img in photos.items()
+    }
     names = list(photos)
-    far = [hamming(codes[a], codes[b]) for i, a in enumerate(names) for b in names[i + 1:]]
+    far = [hamming(codes[a], codes[b]) for i, a in enumerate(names) for b in names[i + 1 :]]
     assert max(near.values()) < min(far), (near, far)
 
 
@@ -198,8 +201,9 @@ def test_choose_backend_decisions(tmp_path) -> None:
 
 def test_model_runner_without_coral_runs_on_cpu() -> None:
     path = _model_or_skip("face")
-    model = TfliteModel(path, accelerator="auto",
-                        probe=EdgeTpuProbe(False, None, "libedgetpu.so.1 not loadable"))
+    model = TfliteModel(
+        path, accelerator="auto", probe=EdgeTpuProbe(False, None, "libedgetpu.so.1 not loadable")
+    )
     assert model.backend == "cpu" and "falling back" in model.reason
     outs = model.run(np.zeros((1, 128, 128, 3), np.float32))
     assert sorted(o.shape for o in outs) == [(1, 896, 1), (1, 896, 16)]
@@ -243,13 +247,16 @@ def test_robot_model_output_is_the_embedding() -> None:
 
 
 # ---------------------------------------------------------------------------- bad input
-@pytest.mark.parametrize("bad", [
-    np.zeros((240, 320), np.uint8),
-    np.zeros((240, 320, 4), np.uint8),
-    np.zeros((240, 320, 3), np.float32),
-    np.zeros((0, 320, 3), np.uint8),
-    [[0, 0, 0]],
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        np.zeros((240, 320), np.uint8),
+        np.zeros((240, 320, 4), np.uint8),
+        np.zeros((240, 320, 3), np.float32),
+        np.zeros((0, 320, 3), np.uint8),
+        [[0, 0, 0]],
+    ],
+)
 def test_bad_images_raise(encoder, bad) -> None:
     with pytest.raises(ImageFormatError):
         encoder.encode(bad, 1)

@@ -79,7 +79,7 @@ def write_tiny_gguf(path: str | Path, *, seed: int = 0, context_length: int = 40
     output = weights(n_vocab, n_embd, scale=1.0)
     # </s> and the byte tokens get logit 0 against large random ones: greedy decoding then
     # neither ends by itself nor writes broken UTF-8 (which servers hold back).
-    output[2:3 + 256] = 0.0
+    output[2 : 3 + 256] = 0.0
     writer.add_tensor("output.weight", output)
     for i in range(n_layer):
         writer.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(n_embd, dtype=np.float32))

@@ -48,7 +48,6 @@ __all__ = [
 ]
 
 
-
 @dataclass(frozen=True, slots=True)
 class TokenRef:
     """One token as a decision saw it: ``omniflow/msg/TokenRef`` field for field.
@@ -90,9 +89,17 @@ class Decision:
     @property
     def chosen(self) -> tuple[TokenRef, ...]:
         """The candidates that joined the context, best first."""
-        return tuple(sorted((c for c in self.candidates if c.chosen),
-                            key=lambda c: (-c.score, abs(c.stamp_ns - self.trigger.stamp_ns),
-                                           c.stamp_ns, c.token_id)))
+        return tuple(
+            sorted(
+                (c for c in self.candidates if c.chosen),
+                key=lambda c: (
+                    -c.score,
+                    abs(c.stamp_ns - self.trigger.stamp_ns),
+                    c.stamp_ns,
+                    c.token_id,
+                ),
+            )
+        )
 
 
 def quarter_vector(payload: Any) -> Any:
@@ -138,8 +145,9 @@ class Freshness:
             if rounds >= 2 * self.unused_limit:
                 retired += ring.retire(candidate.token_id)
             elif rounds >= self.unused_limit:
-                downgraded += ring.set_resolution(candidate.token_id, Resolution.QUARTER,
-                                                  self.shrink)
+                downgraded += ring.set_resolution(
+                    candidate.token_id, Resolution.QUARTER, self.shrink
+                )
         return downgraded, retired
 
 
@@ -153,11 +161,11 @@ class AssociationStats:
 
     requests: int = 0
     decisions: int = 0
-    dropped_requests: int = 0   # too many waiting, or the ring was reset under them
+    dropped_requests: int = 0  # too many waiting, or the ring was reset under them
     candidates: int = 0
     chosen: int = 0
-    downgraded: int = 0         # freshness: dropped to quarter resolution
-    retired: int = 0            # freshness: left the active set
+    downgraded: int = 0  # freshness: dropped to quarter resolution
+    retired: int = 0  # freshness: left the active set
     last_drop_reason: str = ""
 
     def as_dict(self) -> dict[str, int | str]:
@@ -178,24 +186,36 @@ class Associator:
     Hamming distances are cheaper (see :class:`~omniflow.core.semantic.BloomFilter`).
     """
 
-    def __init__(self, ring: TokenRing, before_ns: int = 80 * NS_PER_MS,
-                 after_ns: int = 120 * NS_PER_MS,
-                 gate: Gate | None = None,
-                 modalities: Iterable[Modality] = (Modality.VISION,),
-                 max_chosen: int = 1, freshness: Freshness | None = DEFAULT_FRESHNESS,
-                 max_pending: int = 32, history: int = 16) -> None:
+    def __init__(
+        self,
+        ring: TokenRing,
+        before_ns: int = 80 * NS_PER_MS,
+        after_ns: int = 120 * NS_PER_MS,
+        gate: Gate | None = None,
+        modalities: Iterable[Modality] = (Modality.VISION,),
+        max_chosen: int = 1,
+        freshness: Freshness | None = DEFAULT_FRESHNESS,
+        max_pending: int = 32,
+        history: int = 16,
+    ) -> None:
         """``before_ns``/``after_ns``: the window around the trigger (ns, >= 0);
         ``max_chosen``: how many candidates may join one context; ``freshness``: the ageing
         policy (None: tokens never age); ``history``: how many recent decisions to keep."""
-        for name, value, low in (("before_ns", before_ns, 0), ("after_ns", after_ns, 0),
-                                 ("max_chosen", max_chosen, 1),
-                                 ("max_pending", max_pending, 1), ("history", history, 0)):
+        for name, value, low in (
+            ("before_ns", before_ns, 0),
+            ("after_ns", after_ns, 0),
+            ("max_chosen", max_chosen, 1),
+            ("max_pending", max_pending, 1),
+            ("history", history, 0),
+        ):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ConfigError(f"{name} must be an integer >= {low}, got {value!r}")
         wanted = tuple(modalities)
         if not wanted or any(m not in tuple(Modality) for m in wanted):
-            raise ConfigError(f"modalities must be a non-empty subset of "
-                              f"{[m.name for m in Modality]}, got {wanted!r}")
+            raise ConfigError(
+                f"modalities must be a non-empty subset of "
+                f"{[m.name for m in Modality]}, got {wanted!r}"
+            )
         self.ring = ring
         self.before_ns = before_ns
         self.after_ns = after_ns
@@ -226,8 +246,9 @@ class Associator:
         if len(self._pending) >= self.max_pending:
             _, dropped_id, _, _ = self._pending.pop(0)
             self.stats.dropped_requests += 1
-            self.stats.last_drop_reason = (f"request {dropped_id} dropped: more than "
-                                           f"{self.max_pending} waiting")
+            self.stats.last_drop_reason = (
+                f"request {dropped_id} dropped: more than {self.max_pending} waiting"
+            )
         item = (trigger.stamp_ns + self.after_ns, decision_id, self.ring.stats.resets, trigger)
         bisect.insort(self._pending, item, key=lambda p: (p[0], p[1]))
         self.stats.requests += 1
@@ -242,8 +263,9 @@ class Associator:
             if resets_then != resets:
                 self._pending.pop(0)
                 self.stats.dropped_requests += 1
-                self.stats.last_drop_reason = (f"request {decision_id} dropped: the ring was "
-                                               "reset (clock jumped back)")
+                self.stats.last_drop_reason = (
+                    f"request {decision_id} dropped: the ring was reset (clock jumped back)"
+                )
                 continue
             if deadline > now_ns:
                 break
@@ -264,14 +286,16 @@ class Associator:
         scored = []
         for token in window:
             if token.modality not in self.modalities or (
-                    trigger.token_id >= 0 and token.token_id == trigger.token_id):
+                trigger.token_id >= 0 and token.token_id == trigger.token_id
+            ):
                 continue
             verdict = self.gate.evaluate(trigger.code, t, token.code, token.stamp_ns)
             scored.append((token, verdict))
-        ranked = sorted(((tok, v) for tok, v in scored if v.accepted),
-                        key=lambda p: (-p[1].score, abs(p[0].stamp_ns - t), p[0].stamp_ns,
-                                       p[0].token_id))
-        chosen = {tok.token_id for tok, _ in ranked[:self.max_chosen]}
+        ranked = sorted(
+            ((tok, v) for tok, v in scored if v.accepted),
+            key=lambda p: (-p[1].score, abs(p[0].stamp_ns - t), p[0].stamp_ns, p[0].token_id),
+        )
+        chosen = {tok.token_id for tok, _ in ranked[: self.max_chosen]}
         last = ranked[min(self.max_chosen, len(ranked)) - 1] if ranked else None
         candidates = []
         for token, verdict in scored:
@@ -280,18 +304,33 @@ class Associator:
                 reason = verdict.reason
             else:
                 reason = _ranked_out_reason(token, verdict.score, last, t)
-            candidates.append(TokenRef(token.modality, token.stamp_ns, token.code,
-                                       token.resolution, verdict.score, is_chosen, reason,
-                                       token.token_id, token.payload if is_chosen else None))
+            candidates.append(
+                TokenRef(
+                    token.modality,
+                    token.stamp_ns,
+                    token.code,
+                    token.resolution,
+                    verdict.score,
+                    is_chosen,
+                    reason,
+                    token.token_id,
+                    token.payload if is_chosen else None,
+                )
+            )
         self.stats.decisions += 1
         self.stats.candidates += len(candidates)
         self.stats.chosen += len(chosen)
-        return Decision(now_ns, decision_id, _trigger_ref(trigger), self.before_ns,
-                        self.after_ns, tuple(candidates))
+        return Decision(
+            now_ns,
+            decision_id,
+            _trigger_ref(trigger),
+            self.before_ns,
+            self.after_ns,
+            tuple(candidates),
+        )
 
 
-def _ranked_out_reason(token: Token, score: float, last: tuple[Token, Any] | None,
-                       t: int) -> str:
+def _ranked_out_reason(token: Token, score: float, last: tuple[Token, Any] | None, t: int) -> str:
     """Why a candidate that passed the gate was not among the chosen (``last``: the lowest
     ranked chosen one, which exists whenever a passing candidate is left out)."""
     if last is None:
@@ -305,6 +344,14 @@ def _ranked_out_reason(token: Token, score: float, last: tuple[Token, Any] | Non
 
 
 def _trigger_ref(trigger: Token) -> TokenRef:
-    return TokenRef(Modality(trigger.modality), trigger.stamp_ns, trigger.code,
-                    Resolution(trigger.resolution), 1.0, True, "", trigger.token_id,
-                    trigger.payload)
+    return TokenRef(
+        Modality(trigger.modality),
+        trigger.stamp_ns,
+        trigger.code,
+        Resolution(trigger.resolution),
+        1.0,
+        True,
+        "",
+        trigger.token_id,
+        trigger.payload,
+    )

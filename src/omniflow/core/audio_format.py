@@ -49,12 +49,14 @@ def decode(data: object, fmt: int, channels: int, sample_rate: int) -> np.ndarra
         raise AudioFormatError(f"audio chunk has {channels} channels; expected 1 or more")
     if sample_rate <= 0:
         raise AudioFormatError(
-            f"audio chunk has sample_rate {sample_rate}; expected a positive rate in Hz")
+            f"audio chunk has sample_rate {sample_rate}; expected a positive rate in Hz"
+        )
     raw = np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8)
     frame_bytes = _DTYPES[fmt].itemsize * channels
     if raw.size % frame_bytes:
         raise AudioFormatError(
             f"audio chunk has {raw.size} bytes, not a whole number of {_NAMES[fmt]} frames of "
-            f"{channels} channel(s) ({frame_bytes} bytes each)")
+            f"{channels} channel(s) ({frame_bytes} bytes each)"
+        )
     samples = raw.view(_DTYPES[fmt]).reshape(-1, channels)
     return samples.astype(samples.dtype.newbyteorder("="), copy=False)

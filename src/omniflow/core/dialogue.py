@@ -62,15 +62,30 @@ __all__ = [
 
 # The turn-taking parameters of the dialogue node (all live: see DialogueManager.set_params).
 DIALOGUE_PARAMS = (
-    ParamSpec("barge_in.enabled", True, "User speech may interrupt the robot while it speaks",
-              live=True),
-    ParamSpec("barge_in.min_speech_ms", 60, "User speech at least this long interrupts the "
-              "robot (the fusion node's VAD confirms speech after its vad.min_speech_ms, 60 by "
-              "default, with the robot's own voice removed: then the start itself interrupts)",
-              unit="ms", minimum=0, maximum=2000, live=True),
-    ParamSpec("speech_start_timeout_s", 3.0, "A complete answer that the speech node has not "
-              "started playing after this long ends the turn (no speech node, or a muted one)",
-              unit="s", minimum=0.5, maximum=60.0, live=True),
+    ParamSpec(
+        "barge_in.enabled", True, "User speech may interrupt the robot while it speaks", live=True
+    ),
+    ParamSpec(
+        "barge_in.min_speech_ms",
+        60,
+        "User speech at least this long interrupts the "
+        "robot (the fusion node's VAD confirms speech after its vad.min_speech_ms, 60 by "
+        "default, with the robot's own voice removed: then the start itself interrupts)",
+        unit="ms",
+        minimum=0,
+        maximum=2000,
+        live=True,
+    ),
+    ParamSpec(
+        "speech_start_timeout_s",
+        3.0,
+        "A complete answer that the speech node has not "
+        "started playing after this long ends the turn (no speech node, or a muted one)",
+        unit="s",
+        minimum=0.5,
+        maximum=60.0,
+        live=True,
+    ),
 )
 
 
@@ -87,12 +102,12 @@ class State(IntEnum):
 class CancelReason(Enum):
     """Why a turn in progress was cancelled."""
 
-    BARGE_IN = "barge_in"          # the user spoke over the robot long enough
+    BARGE_IN = "barge_in"  # the user spoke over the robot long enough
     USER_WENT_ON = "user_went_on"  # the user went on speaking while the model was thinking
-    PREEMPTED = "preempted"        # a newer turn (a goal, a proactive turn) took its place
-    REQUESTED = "requested"        # the turn's goal was cancelled
-    TIMED_OUT = "timed_out"        # the turn's goal ran out of time
-    DEACTIVATED = "deactivated"    # the dialogue node stopped taking turns
+    PREEMPTED = "preempted"  # a newer turn (a goal, a proactive turn) took its place
+    REQUESTED = "requested"  # the turn's goal was cancelled
+    TIMED_OUT = "timed_out"  # the turn's goal ran out of time
+    DEACTIVATED = "deactivated"  # the dialogue node stopped taking turns
 
 
 Source = Literal["speech", "goal", "proactive"]
@@ -169,7 +184,7 @@ def complete_sentences(text: str) -> str:
     'It is a cup.'
     """
     ends = [m.end() for m in _SENTENCE_END.finditer(text)]
-    return text[:ends[-1]].strip() if ends else ""
+    return text[: ends[-1]].strip() if ends else ""
 
 
 class Busy(Exception):
@@ -181,7 +196,7 @@ class _Turn:
     turn_id: int
     source: Source
     response: str = ""
-    generated: bool = False        # the model finished (or failed)
+    generated: bool = False  # the model finished (or failed)
     done_at: float = 0.0
     speech_started: bool = False
 
@@ -198,19 +213,24 @@ class DialogueManager:
             muted one, must not hold the conversation).
     """
 
-    def __init__(self, *, barge_in: bool = True, barge_in_min_speech_s: float = 0.06,
-                 speech_start_timeout_s: float = 2.0) -> None:
+    def __init__(
+        self,
+        *,
+        barge_in: bool = True,
+        barge_in_min_speech_s: float = 0.06,
+        speech_start_timeout_s: float = 2.0,
+    ) -> None:
         if barge_in_min_speech_s < 0 or speech_start_timeout_s <= 0:
             raise ValueError("barge_in_min_speech_s must be >= 0 and speech_start_timeout_s > 0")
         self.barge_in = barge_in
         self.barge_in_min_speech_s = barge_in_min_speech_s
         self.speech_start_timeout_s = speech_start_timeout_s
         self.state = State.LISTENING
-        self.turn_id = 0                 # the newest turn started
+        self.turn_id = 0  # the newest turn started
         self._turn: _Turn | None = None  # the turn being generated or spoken
-        self._utterance = 0              # the utterance the user is speaking (0: none)
+        self._utterance = 0  # the utterance the user is speaking (0: none)
         self._warm_text = ""
-        self._carry = ""                 # words of a cancelled THINKING turn, kept for the next
+        self._carry = ""  # words of a cancelled THINKING turn, kept for the next
         self._last_user_text = ""
         self._held: tuple[int, str] | None = None  # an utterance heard while barge-in was off
 
@@ -249,8 +269,13 @@ class DialogueManager:
             turn = self._turn
             if turn.source == "speech":
                 self._carry = self._last_user_text
-            actions += self._end_turn("cancelled", "the user went on speaking", now,
-                                      stop_speech=False, cause=CancelReason.USER_WENT_ON)
+            actions += self._end_turn(
+                "cancelled",
+                "the user went on speaking",
+                now,
+                stop_speech=False,
+                cause=CancelReason.USER_WENT_ON,
+            )
             self._utterance = utterance_id
             actions.append(self._set(State.USER_SPEAKING, "the user went on speaking"))
         elif self.state in (State.USER_SPEAKING, State.INTERRUPTED):
@@ -260,13 +285,17 @@ class DialogueManager:
 
     def voice_ongoing(self, utterance_id: int, speech_s: float, now: float) -> list[Action]:
         """The user is still speaking (``speech_s`` so far): a barge-in once it is long enough."""
-        if self.state != State.SPEAKING or not self.barge_in or \
-                speech_s < self.barge_in_min_speech_s:
+        if (
+            self.state != State.SPEAKING
+            or not self.barge_in
+            or speech_s < self.barge_in_min_speech_s
+        ):
             return []
         self._utterance = utterance_id
         reason = f"barge-in: the user spoke over the robot for {speech_s * 1000:.0f} ms"
-        actions = self._end_turn("interrupted", reason, now, stop_speech=True,
-                                 cause=CancelReason.BARGE_IN)
+        actions = self._end_turn(
+            "interrupted", reason, now, stop_speech=True, cause=CancelReason.BARGE_IN
+        )
         actions.append(self._set(State.INTERRUPTED, reason))
         return actions
 
@@ -274,12 +303,10 @@ class DialogueManager:
         """The VAD heard the end of the utterance; the final transcript follows (or came)."""
         return []
 
-    def transcript(self, utterance_id: int, text: str, final: bool,
-                   now: float) -> list[Action]:
+    def transcript(self, utterance_id: int, text: str, final: bool, now: float) -> list[Action]:
         """A partial or final transcript of the user's utterance."""
         text = " ".join(text.split())
-        listening_to_user = self.state in (State.USER_SPEAKING, State.INTERRUPTED,
-                                           State.LISTENING)
+        listening_to_user = self.state in (State.USER_SPEAKING, State.INTERRUPTED, State.LISTENING)
         if not final:
             if self.state in (State.USER_SPEAKING, State.INTERRUPTED) and text:
                 full = self._with_carry(text)
@@ -309,8 +336,9 @@ class DialogueManager:
         return f"{self._carry} {text}".strip() if self._carry else text
 
     # ----------------------------------------------------------------- turns from elsewhere
-    def prompt(self, text: str, source: Source, now: float, *,
-               preempt: bool = False) -> list[Action]:
+    def prompt(
+        self, text: str, source: Source, now: float, *, preempt: bool = False
+    ) -> list[Action]:
         """Start a turn from a goal or the proactive policy.
 
         Raises:
@@ -325,19 +353,26 @@ class DialogueManager:
             if not preempt:
                 raise Busy(f"busy ({self.state.name.lower()}, turn {self.turn_id})")
             if self._turn is not None:
-                actions += self._end_turn("cancelled", f"preempted by a {source} turn", now,
-                                          stop_speech=True, cause=CancelReason.PREEMPTED)
+                actions += self._end_turn(
+                    "cancelled",
+                    f"preempted by a {source} turn",
+                    now,
+                    stop_speech=True,
+                    cause=CancelReason.PREEMPTED,
+                )
             self._carry = self._warm_text = ""
             self._utterance = 0
         actions += self._start(source, text, 0, now, f"a {source} turn")
         return actions
 
-    def cancel(self, reason: str, now: float, *,
-               cause: CancelReason = CancelReason.REQUESTED) -> list[Action]:
+    def cancel(
+        self, reason: str, now: float, *, cause: CancelReason = CancelReason.REQUESTED
+    ) -> list[Action]:
         """Cancel the turn in progress (by default: its goal was cancelled); silence
         included."""
-        return self._end_turn("cancelled", reason, now, stop_speech=True, cause=cause,
-                              then=State.LISTENING)
+        return self._end_turn(
+            "cancelled", reason, now, stop_speech=True, cause=cause, then=State.LISTENING
+        )
 
     # ----------------------------------------------------------------- the model
     def token(self, turn_id: int, text: str, now: float) -> list[Action]:
@@ -358,11 +393,11 @@ class DialogueManager:
         turn.generated = True
         turn.done_at = now
         if error:
-            return self._end_turn("failed", error, now, stop_speech=False,
-                                  then=State.LISTENING)
+            return self._end_turn("failed", error, now, stop_speech=False, then=State.LISTENING)
         if not turn.response.strip():
-            return self._end_turn("empty", "the model gave no answer", now, stop_speech=False,
-                                  then=State.LISTENING)
+            return self._end_turn(
+                "empty", "the model gave no answer", now, stop_speech=False, then=State.LISTENING
+            )
         return []
 
     # ----------------------------------------------------------------- playback
@@ -375,17 +410,27 @@ class DialogueManager:
             turn.speech_started = True
             return []
         if turn.speech_started and turn.generated:
-            return self._end_turn("done", "the robot finished speaking", now,
-                                  stop_speech=False, then=State.LISTENING)
+            return self._end_turn(
+                "done", "the robot finished speaking", now, stop_speech=False, then=State.LISTENING
+            )
         return []
 
     def tick(self, now: float) -> list[Action]:
         """Time-outs: an answer nobody started playing ends after ``speech_start_timeout_s``."""
         turn = self._turn
-        if turn is not None and turn.generated and not turn.speech_started and \
-                now - turn.done_at >= self.speech_start_timeout_s:
-            return self._end_turn("done", "the answer was not played (no speech output)", now,
-                                  stop_speech=False, then=State.LISTENING)
+        if (
+            turn is not None
+            and turn.generated
+            and not turn.speech_started
+            and now - turn.done_at >= self.speech_start_timeout_s
+        ):
+            return self._end_turn(
+                "done",
+                "the answer was not played (no speech output)",
+                now,
+                stop_speech=False,
+                then=State.LISTENING,
+            )
         return []
 
     # ----------------------------------------------------------------- internals
@@ -397,16 +442,26 @@ class DialogueManager:
         self.state = state
         return StateChanged(state, self.turn_id, reason)
 
-    def _start(self, source: Source, text: str, utterance_id: int, now: float,
-               reason: str) -> list[Action]:
+    def _start(
+        self, source: Source, text: str, utterance_id: int, now: float, reason: str
+    ) -> list[Action]:
         self.turn_id += 1
         self._turn = _Turn(self.turn_id, source)
-        return [StartTurn(self.turn_id, text, source, utterance_id),
-                self._set(State.THINKING, reason)]
+        return [
+            StartTurn(self.turn_id, text, source, utterance_id),
+            self._set(State.THINKING, reason),
+        ]
 
-    def _end_turn(self, outcome: Outcome, reason: str, now: float, *, stop_speech: bool,
-                  cause: CancelReason | None = None,
-                  then: State | None = None) -> list[Action]:
+    def _end_turn(
+        self,
+        outcome: Outcome,
+        reason: str,
+        now: float,
+        *,
+        stop_speech: bool,
+        cause: CancelReason | None = None,
+        then: State | None = None,
+    ) -> list[Action]:
         """End the turn in progress; one that is still generating, or must be silenced, is
         cancelled for ``cause`` (only the model's own end of a turn passes none)."""
         turn, self._turn = self._turn, None
@@ -426,8 +481,12 @@ class DialogueManager:
 
 
 # The turn outcomes each counter of DialogueStats counts.
-_OUTCOME_COUNTERS = {"done": "turns_done", "cancelled": "cancelled",
-                     "interrupted": "cancelled", "failed": "failed"}
+_OUTCOME_COUNTERS = {
+    "done": "turns_done",
+    "cancelled": "cancelled",
+    "interrupted": "cancelled",
+    "failed": "failed",
+}
 
 
 @dataclass

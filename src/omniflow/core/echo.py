@@ -97,7 +97,8 @@ class EchoReference:
         block = np.asarray(samples)
         if block.ndim != 1 or block.size == 0:
             raise AudioFormatError(
-                f"a reference block must be non-empty mono samples, got shape {block.shape}")
+                f"a reference block must be non-empty mono samples, got shape {block.shape}"
+            )
         block = block.astype(np.float32)
         if not np.all(np.isfinite(block)):
             raise AudioFormatError("reference samples contain NaN or infinity")
@@ -107,8 +108,10 @@ class EchoReference:
         self._blocks.append((int(stamp_ns), block))
         self._newest_end_ns = max(self._newest_end_ns, end_ns)
         horizon = self._newest_end_ns - self._history_ns
-        while self._blocks and \
-                self._blocks[0][0] + self._samples_ns(len(self._blocks[0][1])) < horizon:
+        while (
+            self._blocks
+            and self._blocks[0][0] + self._samples_ns(len(self._blocks[0][1])) < horizon
+        ):
             self._blocks.popleft()
 
     def window(self, start_ns: int, count: int) -> np.ndarray:
@@ -119,7 +122,7 @@ class EchoReference:
             offset = round((stamp_ns - start_ns) * rate / NS_PER_S)
             lo, hi = max(offset, 0), min(offset + len(block), count)
             if lo < hi:
-                out[lo:hi] = block[lo - offset:hi - offset]
+                out[lo:hi] = block[lo - offset : hi - offset]
         return out
 
 
@@ -127,10 +130,10 @@ class EchoReference:
 class EchoResult:
     """What the echo stage made of one microphone chunk."""
 
-    samples: np.ndarray   # int16: the chunk with the robot's voice removed
-    echo_score: float     # share of the chunk's energy the echo explains; NaN: no reference
-    echo: bool            # the chunk is the robot's voice (score >= the suppress score)
-    delay_ms: float       # delay of the reference in the microphone (NaN: not estimated)
+    samples: np.ndarray  # int16: the chunk with the robot's voice removed
+    echo_score: float  # share of the chunk's energy the echo explains; NaN: no reference
+    echo: bool  # the chunk is the robot's voice (score >= the suppress score)
+    delay_ms: float  # delay of the reference in the microphone (NaN: not estimated)
 
 
 class EchoGate:
@@ -148,9 +151,16 @@ class EchoGate:
     called from one thread.
     """
 
-    def __init__(self, reference: EchoReference, *, suppress_score: float = 0.7,
-                 max_delay_ms: float = 300.0, reverb_ms: float = 320.0,
-                 over: float = 2.0, confirm: int = 1) -> None:
+    def __init__(
+        self,
+        reference: EchoReference,
+        *,
+        suppress_score: float = 0.7,
+        max_delay_ms: float = 300.0,
+        reverb_ms: float = 320.0,
+        over: float = 2.0,
+        confirm: int = 1,
+    ) -> None:
         if not 0.0 < suppress_score <= 1.0:
             raise ConfigError(f"suppress_score must be in (0, 1], not {suppress_score}")
         if not math.isfinite(max_delay_ms) or not 0 <= max_delay_ms <= 2000:
@@ -162,13 +172,13 @@ class EchoGate:
         if isinstance(confirm, bool) or not isinstance(confirm, int) or not 1 <= confirm <= 10:
             raise ConfigError(f"confirm must be an integer in [1, 10], not {confirm!r}")
         self.confirm = confirm
-        self._clear_run = 0                    # chunks in a row below the suppress score
+        self._clear_run = 0  # chunks in a row below the suppress score
         self.reference = reference
         self.suppress_score = float(suppress_score)
         self.over = float(over)
         self._max_delay = round(max_delay_ms * reference.sample_rate / 1000)
         self._reverb = round(reverb_ms * reference.sample_rate / 1000)
-        self._corr: np.ndarray | None = None   # running cross-correlation, by delay
+        self._corr: np.ndarray | None = None  # running cross-correlation, by delay
         self._ref_power: np.ndarray | None = None
         self._mic_power = 0.0
         self._fft_n = 0
@@ -176,11 +186,11 @@ class EchoGate:
         # dominates) and of the direct reference alone (onsets, where the sum under-predicts).
         self._gain: np.ndarray | None = None
         self._direct_gain: np.ndarray | None = None
-        self._learnt = 0                       # chunks the gain was learnt from
+        self._learnt = 0  # chunks the gain was learnt from
         self._direct_learnt = 0
-        self._previous = np.zeros(0)           # the last 10 ms of the previous chunk
-        self._floor: float | None = None       # noise floor (mean square)
-        self._rng = np.random.default_rng(0)   # comfort noise
+        self._previous = np.zeros(0)  # the last 10 ms of the previous chunk
+        self._floor: float | None = None  # noise floor (mean square)
+        self._rng = np.random.default_rng(0)  # comfort noise
 
     @property
     def max_delay_ms(self) -> float:
@@ -206,7 +216,7 @@ class EchoGate:
         self._track_floor(float(np.mean(x * x)))
         previous = self._previous if len(self._previous) == hop else np.zeros(hop)
         self._previous = x[-hop:]
-        frames_back = self._reverb // hop      # reference frames that can still be heard
+        frames_back = self._reverb // hop  # reference frames that can still be heard
         back = d + hop * (frames_back + 1)
         ref = self.reference.window(stamp_ns - back * NS_PER_S // rate, n + back)
         if float(np.mean(ref * ref)) < _SILENT_POWER:
@@ -214,29 +224,39 @@ class EchoGate:
             self._clear_run = self.confirm
             return EchoResult(np.asarray(mic, dtype=np.int16), math.nan, False, math.nan)
         ref = ref.astype(np.float64)
-        delay = self._delay(x, ref[back - d:])
-        fit = _fit_share(x, ref[back - delay:back - delay + n])
+        delay = self._delay(x, ref[back - d :])
+        fit = _fit_share(x, ref[back - delay : back - delay + n])
         # Microphone frames (20 ms, 10 ms hop) over the chunk and the 10 ms before it, and the
         # reference frames that reach them: direct (same offset, delayed) and up to
         # ``reverb_ms`` older, as heard through a reverberant room.
         mic_frames = _frames(np.concatenate([previous, x]))
         count = len(mic_frames)
         first = back - delay - hop
-        ref_frames = _frames(ref[first - frames_back * hop:first + count * hop + hop])
+        ref_frames = _frames(ref[first - frames_back * hop : first + count * hop + hop])
         mic_bands = _bands(_power(mic_frames))
         ref_bands = _bands(_power(ref_frames))
         decay = _REVERB_DECAY ** np.arange(frames_back + 1)
-        heard = np.stack([
-            (decay[:, None] * ref_bands[frames_back + f - np.arange(frames_back + 1)]).sum(axis=0)
-            for f in range(count)])
+        heard = np.stack(
+            [
+                (decay[:, None] * ref_bands[frames_back + f - np.arange(frames_back + 1)]).sum(
+                    axis=0
+                )
+                for f in range(count)
+            ]
+        )
         mic_total, heard_total = mic_bands.sum(axis=0), heard.sum(axis=0)
-        direct_total = ref_bands[frames_back:frames_back + count].sum(axis=0)
-        self._gain, self._learnt = _learn(self._gain, self._learnt, mic_total, heard_total,
-                                          fit >= _LEARN_FIT)
+        direct_total = ref_bands[frames_back : frames_back + count].sum(axis=0)
+        self._gain, self._learnt = _learn(
+            self._gain, self._learnt, mic_total, heard_total, fit >= _LEARN_FIT
+        )
         onset = direct_total.sum() >= _ONSET_SHARE * heard_total.sum()
         self._direct_gain, self._direct_learnt = _learn(
-            self._direct_gain, self._direct_learnt, mic_total, direct_total,
-            onset and fit >= _LEARN_FIT)
+            self._direct_gain,
+            self._direct_learnt,
+            mic_total,
+            direct_total,
+            onset and fit >= _LEARN_FIT,
+        )
         echo_bands = np.maximum(self._gain * heard_total, self._direct_gain * direct_total)
         energy = float(mic_total.sum())
         if energy <= 0.0:
@@ -282,9 +302,9 @@ class EchoGate:
             self._fft_n, self._corr = size, None
         # corr[k] = sum_i x[i] * ref[k + i]: offset k in the window is delay d - k.
         spectrum = np.fft.rfft(ref, size) * np.conj(np.fft.rfft(x, size))
-        corr = np.fft.irfft(spectrum, size)[:d + 1]
+        corr = np.fft.irfft(spectrum, size)[: d + 1]
         cum = np.concatenate([[0.0], np.cumsum(ref * ref)])
-        ref_power = cum[n:n + d + 1] - cum[:d + 1]
+        ref_power = cum[n : n + d + 1] - cum[: d + 1]
         mic_power = float(x @ x)
         if self._corr is None:
             self._corr, self._ref_power, self._mic_power = corr, ref_power, mic_power
@@ -296,8 +316,13 @@ class EchoGate:
         return d - int(np.argmax(ncc))
 
 
-def _learn(gain: np.ndarray | None, learnt: int, mic_bands: np.ndarray,
-           predicted: np.ndarray, echo_dominates: bool) -> tuple[np.ndarray, int]:
+def _learn(
+    gain: np.ndarray | None,
+    learnt: int,
+    mic_bands: np.ndarray,
+    predicted: np.ndarray,
+    echo_dominates: bool,
+) -> tuple[np.ndarray, int]:
     """One step of an echo path power gain per band, learnt from chunks the echo dominates:
     an upper envelope (fast up, slow down), since an echo underestimated leaks through."""
     if gain is None:

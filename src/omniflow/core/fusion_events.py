@@ -99,8 +99,9 @@ class RingWarning:
     message: str
 
 
-FusionEvent = VoiceActivityEvent | TranscriptEvent | SceneEvent | Decision | StageError | \
-    RingWarning
+FusionEvent = (
+    VoiceActivityEvent | TranscriptEvent | SceneEvent | Decision | StageError | RingWarning
+)
 
 
 @dataclass
@@ -120,16 +121,16 @@ class FusionStats:
     scenes: int = 0
     speech_starts: int = 0
     speech_ends: int = 0
-    forced_ends: int = 0      # utterances cut at vad.max_utterance_s
+    forced_ends: int = 0  # utterances cut at vad.max_utterance_s
     partials: int = 0
     finals: int = 0
     associations: int = 0
     engine_errors: int = 0
-    played_blocks: int = 0    # played_audio blocks taken as the echo reference
+    played_blocks: int = 0  # played_audio blocks taken as the echo reference
     rejected_played: int = 0
-    echo_chunks: int = 0      # microphone chunks judged to be the robot's own voice
+    echo_chunks: int = 0  # microphone chunks judged to be the robot's own voice
     echo_suppressed_starts: int = 0  # speech starts the raw microphone had, echo removed
-    voice_activity: int = 0   # voice activity events handed out
+    voice_activity: int = 0  # voice activity events handed out
     echo_delay_ms: float = float("nan")  # the echo delay last estimated
     audio_ingest_ms_max: float = 0.0  # longest prompt audio pass (echo, VAD, ASR)
     last_reject_reason: str = ""

@@ -252,7 +252,8 @@ class FusionConfig:
             max_utterance_ns=round(float(params["vad.max_utterance_s"]) * NS_PER_S),
             vision_rate_hz=float(params["vision.rate_hz"]),
             echo_wait_ns=int(params["echo.wait_ms"]) * NS_PER_MS,
-            max_future_ns=int(params["max_future_ms"]) * NS_PER_MS)
+            max_future_ns=int(params["max_future_ms"]) * NS_PER_MS,
+        )
 
 
 def audio_features(samples: np.ndarray) -> np.ndarray:
@@ -280,10 +281,16 @@ class FusionPipeline:
     ns) times the prompt audio pass and the slices.
     """
 
-    def __init__(self, config: FusionConfig, engines: FusionEngines, *,
-                 stats: FusionStats | None = None, first_utterance_id: int = 1,
-                 source: InputSource | None = None,
-                 clock: Callable[[], int] = time.perf_counter_ns) -> None:
+    def __init__(
+        self,
+        config: FusionConfig,
+        engines: FusionEngines,
+        *,
+        stats: FusionStats | None = None,
+        first_utterance_id: int = 1,
+        source: InputSource | None = None,
+        clock: Callable[[], int] = time.perf_counter_ns,
+    ) -> None:
         self.config = config
         self.source = source
         self.engines = engines
@@ -294,12 +301,21 @@ class FusionPipeline:
         # codes of different embeddings carries no meaning, so the gate accepts on the window
         # alone (max_hamming = all bits) and the score only orders candidates.
         self.associator = Associator(
-            self.ring, config.window_before_ns, config.window_after_ns,
-            gate=Gate(max_hamming=CODE_BITS), modalities=(Modality.VISION,))
+            self.ring,
+            config.window_before_ns,
+            config.window_after_ns,
+            gate=Gate(max_hamming=CODE_BITS),
+            modalities=(Modality.VISION,),
+        )
         self.scheduler = TdmScheduler(
-            config.slice_ns, ingest=self._ingest, encode=self._encode,
-            associate=self._associate, emit=self._emit, clock=clock,
-            on_error=self._stage_error)
+            config.slice_ns,
+            ingest=self._ingest,
+            encode=self._encode,
+            associate=self._associate,
+            emit=self._emit,
+            clock=clock,
+            on_error=self._stage_error,
+        )
         self._audio_lsh = LshEncoder(AUDIO_BANDS, seed=1)
         self._pending_audio: deque[tuple[int, np.ndarray]] = deque()
         self._played: list[tuple[int, np.ndarray]] = []
@@ -315,8 +331,8 @@ class FusionPipeline:
         self._raw_run: list[bool] | None = None
         self._echo_score = math.nan
         self._now_ns = 0
-        self._activity: list[VoiceActivityEvent] = []   # handed out after each audio pass
-        self._slice_out: list[FusionEvent] = []          # handed out at the emit stage
+        self._activity: list[VoiceActivityEvent] = []  # handed out after each audio pass
+        self._slice_out: list[FusionEvent] = []  # handed out at the emit stage
         self._events: list[FusionEvent] = []
 
     # ----------------------------------------------------------------- state
@@ -371,10 +387,15 @@ class FusionPipeline:
         self._frame = (stamp_ns, rgb)
 
     # ----------------------------------------------------------------- driving
-    def step(self, now_ns: int, *, prompt: bool = True,
-             audio: Iterable[tuple[int, np.ndarray]] = (),
-             played: Iterable[tuple[int, np.ndarray]] = (),
-             frame: tuple[int, np.ndarray] | None = None) -> list[FusionEvent]:
+    def step(
+        self,
+        now_ns: int,
+        *,
+        prompt: bool = True,
+        audio: Iterable[tuple[int, np.ndarray]] = (),
+        played: Iterable[tuple[int, np.ndarray]] = (),
+        frame: tuple[int, np.ndarray] | None = None,
+    ) -> list[FusionEvent]:
         """Take the new inputs (as the ``push_*`` methods), run the audio at once
         (``prompt``) and the slice due at ``now_ns``; return the events made meanwhile, in
         order. Errors of a stage are counted and returned as :class:`StageError` events; the
@@ -419,8 +440,9 @@ class FusionPipeline:
                 if self.source is not None:
                     for stamp_ns, samples in self.source.take_audio():
                         self.push_audio(stamp_ns, samples)
-                if not self._pending_audio or self.awaits_reference(*self._pending_audio[0],
-                                                                    now_ns):
+                if not self._pending_audio or self.awaits_reference(
+                    *self._pending_audio[0], now_ns
+                ):
                     break
                 self._ingest_chunk(*self._pending_audio.popleft())
             if self.engines.recognizer is not None:
@@ -535,8 +557,11 @@ class FusionPipeline:
         text = self.engines.recognizer.feed(samples)
         if text:
             self.stats.partials += 1
-            self._slice_out.append(TranscriptEvent(
-                self._utterance, self._now_ns, self._speech_start_ns, end_ns, text, False))
+            self._slice_out.append(
+                TranscriptEvent(
+                    self._utterance, self._now_ns, self._speech_start_ns, end_ns, text, False
+                )
+            )
 
     def _end_utterance(self, end_ns: int) -> None:
         """End the recogniser's utterance without waiting for its final (Whisper decodes on
@@ -557,16 +582,34 @@ class FusionPipeline:
                 return
             utterance, start_ns, end_ns = self._finals_due.popleft()
             self.stats.finals += 1
-            self._slice_out.append(TranscriptEvent(
-                utterance, self._now_ns, start_ns, end_ns, result.text, True,
-                float(result.confidence), tuple((w, s, e) for w, s, e in result.words)))
+            self._slice_out.append(
+                TranscriptEvent(
+                    utterance,
+                    self._now_ns,
+                    start_ns,
+                    end_ns,
+                    result.text,
+                    True,
+                    float(result.confidence),
+                    tuple((w, s, e) for w, s, e in result.words),
+                )
+            )
 
-    def _activity_event(self, kind: Activity, stamp_ns: int, heard_until_ns: int | None = None,
-                        *, cut: bool = False) -> None:
+    def _activity_event(
+        self, kind: Activity, stamp_ns: int, heard_until_ns: int | None = None, *, cut: bool = False
+    ) -> None:
         until = stamp_ns if heard_until_ns is None else heard_until_ns
-        self._activity.append(VoiceActivityEvent(
-            kind, stamp_ns, self._utterance, self._speech_start_ns,
-            max(until - self._speech_start_ns, 0) / NS_PER_S, self._echo_score, cut))
+        self._activity.append(
+            VoiceActivityEvent(
+                kind,
+                stamp_ns,
+                self._utterance,
+                self._speech_start_ns,
+                max(until - self._speech_start_ns, 0) / NS_PER_S,
+                self._echo_score,
+                cut,
+            )
+        )
 
     def _hand_out_activity(self) -> None:
         activity, self._activity = self._activity, []
@@ -605,12 +648,16 @@ class FusionPipeline:
         self._last_vision_ns = stamp_ns
         result = vision.encode(rgb, stamp_ns)
         self.stats.vision_encoded += 1
-        summary = tuple((o.kind, o.region if o.value is None else str(o.value))
-                        for o in result.observations)
+        summary = tuple(
+            (o.kind, o.region if o.value is None else str(o.value)) for o in result.observations
+        )
         self._insert(Token(stamp_ns, Modality.VISION, result.code, summary))
         phrases, sentence = describe(summary)
-        self._slice_out.append(SceneEvent(stamp_ns, int(result.code), tuple(phrases),
-                                          sentence, person_present(summary)))
+        self._slice_out.append(
+            SceneEvent(
+                stamp_ns, int(result.code), tuple(phrases), sentence, person_present(summary)
+            )
+        )
 
     def _associate(self, current: Slice) -> None:
         """Decide the triggers whose window has closed (one slice of slack for late frames)."""

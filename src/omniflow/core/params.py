@@ -69,8 +69,7 @@ class ParamSpec:
         if expected is float and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
         if type(value) is not expected:
-            return (f"expected a {expected.__name__}, got {type(value).__name__} "
-                    f"{value!r}")
+            return f"expected a {expected.__name__}, got {type(value).__name__} {value!r}"
         if self.choices and value not in self.choices:
             return f"{value!r} is not one of the allowed values: {', '.join(self.choices)}"
         if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -109,8 +108,9 @@ def defaults(specs: Iterable[ParamSpec]) -> dict[str, Value]:
     return {spec.name: spec.default for spec in specs}
 
 
-def unknown_names(specs: Iterable[ParamSpec], given: Iterable[str],
-                  known_elsewhere: Iterable[str] = ()) -> list[str]:
+def unknown_names(
+    specs: Iterable[ParamSpec], given: Iterable[str], known_elsewhere: Iterable[str] = ()
+) -> list[str]:
     """One message per name in ``given`` that no spec declares (a typo in a parameters
     file is otherwise ignored in silence), naming the closest declared name if there is one.
 

@@ -36,7 +36,13 @@ __all__ = ["PHRASE_REASONS", "Phrase", "PhraseChunker"]
 
 #: Why a phrase was released; the values of :attr:`Phrase.reason`.
 PHRASE_REASONS: tuple[str, ...] = (
-    "sentence", "clause", "first_words", "time_budget", "max_words", "end")
+    "sentence",
+    "clause",
+    "first_words",
+    "time_budget",
+    "max_words",
+    "end",
+)
 
 _SENTENCE_MARKS = frozenset(".!?…‽")
 _CLAUSE_MARKS = frozenset(",;:—–")
@@ -49,12 +55,54 @@ _CJK_MARKS = _CJK_SENTENCE_MARKS | _CJK_CLAUSE_MARKS
 _CLOSERS = "\"')]}»”’」』）】》〉〕］｝"
 _OPENERS = "\"'([{«“‘「『（【《〈〔［｛"
 
-_ABBREVIATIONS = frozenset({
-    "e.g.", "i.e.", "etc.", "vs.", "cf.", "approx.", "ca.", "fig.", "mr.", "mrs.", "ms.",
-    "dr.", "prof.", "st.", "jr.", "sr.", "mt.", "ft.", "lt.", "col.", "gen.", "sgt.", "capt.",
-    "inc.", "ltd.", "co.", "corp.", "dept.", "univ.", "jan.", "feb.", "mar.", "apr.", "jun.",
-    "jul.", "aug.", "sep.", "sept.", "oct.", "nov.", "dec.", "vol.", "pp.", "nr.",
-})  # not "no.": "No." is a whole answer far more often than "No. 5"
+_ABBREVIATIONS = frozenset(
+    {
+        "e.g.",
+        "i.e.",
+        "etc.",
+        "vs.",
+        "cf.",
+        "approx.",
+        "ca.",
+        "fig.",
+        "mr.",
+        "mrs.",
+        "ms.",
+        "dr.",
+        "prof.",
+        "st.",
+        "jr.",
+        "sr.",
+        "mt.",
+        "ft.",
+        "lt.",
+        "col.",
+        "gen.",
+        "sgt.",
+        "capt.",
+        "inc.",
+        "ltd.",
+        "co.",
+        "corp.",
+        "dept.",
+        "univ.",
+        "jan.",
+        "feb.",
+        "mar.",
+        "apr.",
+        "jun.",
+        "jul.",
+        "aug.",
+        "sep.",
+        "sept.",
+        "oct.",
+        "nov.",
+        "dec.",
+        "vol.",
+        "pp.",
+        "nr.",
+    }
+)  # not "no.": "No." is a whole answer far more often than "No. 5"
 _LETTER_DOTS = re.compile(r"(?:[^\W\d_]\.){2,}")  # e.g. U.S. a.m. i.e.
 _INITIAL = re.compile(r"[^\W\d_]\.")  # J. (in "J. R. R. Tolkien")
 _LIST_NUMBER = re.compile(r"\d{1,3}\.")  # "1." opening a numbered-list item
@@ -122,22 +170,34 @@ class PhraseChunker:
         Raises:
             ConfigError: a value is out of range or the limits contradict each other.
         """
-        for name, value in (("first_min_words", first_min_words),
-                            ("first_max_words", first_max_words),
-                            ("min_words", min_words), ("max_words", max_words)):
+        for name, value in (
+            ("first_min_words", first_min_words),
+            ("first_max_words", first_max_words),
+            ("min_words", min_words),
+            ("max_words", max_words),
+        ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
         if first_max_words < first_min_words:
-            raise ConfigError(f"first_max_words ({first_max_words}) must be >= "
-                              f"first_min_words ({first_min_words})")
+            raise ConfigError(
+                f"first_max_words ({first_max_words}) must be >= "
+                f"first_min_words ({first_min_words})"
+            )
         if max_words < max(min_words, first_max_words):
-            raise ConfigError(f"max_words ({max_words}) must be >= min_words ({min_words}) "
-                              f"and >= first_max_words ({first_max_words})")
-        if (isinstance(first_max_wait_s, bool) or not isinstance(first_max_wait_s, int | float)
-                or math.isnan(first_max_wait_s) or first_max_wait_s < 0):
+            raise ConfigError(
+                f"max_words ({max_words}) must be >= min_words ({min_words}) "
+                f"and >= first_max_words ({first_max_words})"
+            )
+        if (
+            isinstance(first_max_wait_s, bool)
+            or not isinstance(first_max_wait_s, int | float)
+            or math.isnan(first_max_wait_s)
+            or first_max_wait_s < 0
+        ):
             raise ConfigError(
                 f"first_max_wait_s must be a number of seconds >= 0 (inf disables it), "
-                f"got {first_max_wait_s!r}")
+                f"got {first_max_wait_s!r}"
+            )
         self.first_min_words = first_min_words
         self.first_max_words = first_max_words
         self.first_max_wait_s = float(first_max_wait_s)
@@ -178,8 +238,11 @@ class PhraseChunker:
         Returns at most one phrase (the complete words so far, reason ``"time_budget"``), and
         only while the turn's first phrase is still pending.
         """
-        if (self._index > 0 or self._first_token_s is None
-                or now_s - self._first_token_s < self.first_max_wait_s):
+        if (
+            self._index > 0
+            or self._first_token_s is None
+            or now_s - self._first_token_s < self.first_max_wait_s
+        ):
             return []
         complete = [word for word in self._words(at_end=False) if word.complete]
         if not complete:
@@ -215,12 +278,14 @@ class PhraseChunker:
             gap_end = end
             while gap_end < len(buffer) and buffer[gap_end].isspace():
                 gap_end += 1
-            words.append(_Word(
-                text=match.group(),
-                end=end,
-                complete=end < len(buffer) or at_end,
-                line_break=any(ch in "\n\r\u2028\u2029" for ch in buffer[end:gap_end]),
-            ))
+            words.append(
+                _Word(
+                    text=match.group(),
+                    end=end,
+                    complete=end < len(buffer) or at_end,
+                    line_break=any(ch in "\n\r\u2028\u2029" for ch in buffer[end:gap_end]),
+                )
+            )
         return words
 
     def _release(self, at_end: bool) -> list[Phrase]:
@@ -238,7 +303,8 @@ class PhraseChunker:
             if word.line_break or _ends_sentence(word.text, opens_phrase=count == 1):
                 return word.end, "sentence"
             if _ends_clause(word.text) and count >= (
-                    self.first_min_words if first else self.min_words):
+                self.first_min_words if first else self.min_words
+            ):
                 return word.end, "clause"
             if first and count >= self.first_max_words:
                 return word.end, "first_words"

@@ -125,8 +125,7 @@ class PowerPolicy:
             self._start = self._since = now
         if inp.conversation:
             self._last_interaction = now
-        power = inp.power_w if (self.config.power_from_estimate
-                                or not inp.power_estimated) else NAN
+        power = inp.power_w if (self.config.power_from_estimate or not inp.power_estimated) else NAN
         self._average(power, now)
 
         wanted, wanted_reason = self._conversation_mode(inp)
@@ -135,16 +134,19 @@ class PowerPolicy:
         if over:
             mode, reason = Mode.THERMAL_LIMIT, over
         elif self.mode == Mode.THERMAL_LIMIT and not (
-                dwelt and self._under_budget(inp.temperature_c, power)):
+            dwelt and self._under_budget(inp.temperature_c, power)
+        ):
             mode = Mode.THERMAL_LIMIT
-            reason = (self.reason if not dwelt else
-                      "cooling down: readings not yet under the budget minus the hysteresis")
+            reason = (
+                self.reason
+                if not dwelt
+                else "cooling down: readings not yet under the budget minus the hysteresis"
+            )
         elif self.mode == Mode.THERMAL_LIMIT:
             mode, reason = wanted, f"back under budget; {wanted_reason}"
         elif _DEPTH[wanted] > _DEPTH[self.mode] and not dwelt:
             mode = self.mode
-            reason = (f"{self.reason} (holding {self.config.min_dwell_s:g} s before "
-                      f"{wanted.name})")
+            reason = f"{self.reason} (holding {self.config.min_dwell_s:g} s before {wanted.name})"
         else:
             mode, reason = wanted, wanted_reason
         changed = mode != self.mode
@@ -164,8 +166,11 @@ class PowerPolicy:
             return Mode.ACTIVE, f"conversation paused {now - last:.0f} s ago"
         quiet = now - (last if last is not None else self._start)
         idle_after, sleep_after = config.idle_after_s, config.sleep_after_s
-        low = (not math.isnan(inp.battery_percent) and not inp.battery_charging
-               and inp.battery_percent <= config.battery_low_percent)
+        low = (
+            not math.isnan(inp.battery_percent)
+            and not inp.battery_charging
+            and inp.battery_percent <= config.battery_low_percent
+        )
         if low:
             idle_after, sleep_after = 0.0, config.idle_after_s
         since = "since the last interaction" if last is not None else "since start"
@@ -183,28 +188,32 @@ class PowerPolicy:
             self._average_w = power
         else:
             dt = max(now - self._last_power_s, 0.0)
-            alpha = 1.0 - math.exp(-dt / self.config.power_window_s) \
-                if self.config.power_window_s > 0 else 1.0
+            alpha = (
+                1.0 - math.exp(-dt / self.config.power_window_s)
+                if self.config.power_window_s > 0
+                else 1.0
+            )
             self._average_w += alpha * (power - self._average_w)
         self._last_power_s = now
 
     def _over_budget(self, temperature: float, power: float) -> str:
         config = self.config
         if temperature >= config.temperature_c:
-            return (f"temperature {temperature:.1f} °C >= limit {config.temperature_c:g} °C")
+            return f"temperature {temperature:.1f} °C >= limit {config.temperature_c:g} °C"
         if power > config.peak_w:
             return f"power {power:.2f} W > peak budget {config.peak_w:g} W"
         if self._average_w > config.sustained_w:
-            return (f"sustained power {self._average_w:.2f} W > budget "
-                    f"{config.sustained_w:g} W")
+            return f"sustained power {self._average_w:.2f} W > budget {config.sustained_w:g} W"
         return ""
 
     def _under_budget(self, temperature: float, power: float) -> bool:
         config = self.config
         keep = 1.0 - config.power_hysteresis
-        return (not temperature > config.temperature_c - config.temperature_hysteresis_c
-                and not power > config.peak_w * keep
-                and not self._average_w > config.sustained_w * keep)
+        return (
+            not temperature > config.temperature_c - config.temperature_hysteresis_c
+            and not power > config.peak_w * keep
+            and not self._average_w > config.sustained_w * keep
+        )
 
 
 # --------------------------------------------------------------------------- actions
@@ -212,16 +221,28 @@ class PowerPolicy:
 class ActionConfig:
     """What each mode asks of the other nodes and the CPU."""
 
-    camera_fps: dict[Mode, float] = field(default_factory=lambda: {
-        Mode.ACTIVE: 30.0, Mode.LISTEN: 15.0, Mode.IDLE: 10.0, Mode.SLEEP: 2.0,
-        Mode.THERMAL_LIMIT: 10.0})
-    vision_rate_hz: dict[Mode, float] = field(default_factory=lambda: {
-        Mode.ACTIVE: 5.0, Mode.LISTEN: 2.0, Mode.IDLE: 1.0, Mode.SLEEP: 0.5,
-        Mode.THERMAL_LIMIT: 1.0})
-    llm_threads: int = 2            # 0: leave the LLM's threads alone
+    camera_fps: dict[Mode, float] = field(
+        default_factory=lambda: {
+            Mode.ACTIVE: 30.0,
+            Mode.LISTEN: 15.0,
+            Mode.IDLE: 10.0,
+            Mode.SLEEP: 2.0,
+            Mode.THERMAL_LIMIT: 10.0,
+        }
+    )
+    vision_rate_hz: dict[Mode, float] = field(
+        default_factory=lambda: {
+            Mode.ACTIVE: 5.0,
+            Mode.LISTEN: 2.0,
+            Mode.IDLE: 1.0,
+            Mode.SLEEP: 0.5,
+            Mode.THERMAL_LIMIT: 1.0,
+        }
+    )
+    llm_threads: int = 2  # 0: leave the LLM's threads alone
     llm_threads_thermal: int = 1
     llm_unload_in_sleep: bool = True
-    governor_awake: str = "schedutil"   # "": leave the governor alone
+    governor_awake: str = "schedutil"  # "": leave the governor alone
     governor_asleep: str = "powersave"
     thermal_max_freq_ratio: float = 0.6
 
@@ -254,10 +275,15 @@ def plan(decision: Decision, config: ActionConfig) -> Plan:
             camera_fps=min(config.camera_fps[thermal], config.camera_fps[wanted]),
             vision_rate_hz=min(config.vision_rate_hz[thermal], config.vision_rate_hz[wanted]),
             llm_threads=config.llm_threads_thermal if config.llm_threads else 0,
-            llm_active=llm_active, governor=config.governor_asleep,
-            max_freq_ratio=config.thermal_max_freq_ratio)
+            llm_active=llm_active,
+            governor=config.governor_asleep,
+            max_freq_ratio=config.thermal_max_freq_ratio,
+        )
     return Plan(
-        camera_fps=config.camera_fps[wanted], vision_rate_hz=config.vision_rate_hz[wanted],
-        llm_threads=config.llm_threads, llm_active=llm_active,
+        camera_fps=config.camera_fps[wanted],
+        vision_rate_hz=config.vision_rate_hz[wanted],
+        llm_threads=config.llm_threads,
+        llm_active=llm_active,
         governor=config.governor_asleep if asleep else config.governor_awake,
-        max_freq_ratio=1.0)
+        max_freq_ratio=1.0,
+    )

@@ -36,8 +36,13 @@ __all__ = ["FACTS", "ProactivePolicy", "Rule", "parse_rule"]
 FACTS = ("person_present", "person_appeared", "idle_s", "battery_percent", "temperature_c")
 
 _OPS: dict[str, Callable[[float, float], bool]] = {
-    "<=": operator.le, ">=": operator.ge, "==": operator.eq, "!=": operator.ne,
-    "<": operator.lt, ">": operator.gt}
+    "<=": operator.le,
+    ">=": operator.ge,
+    "==": operator.eq,
+    "!=": operator.ne,
+    "<": operator.lt,
+    ">": operator.gt,
+}
 _CONDITION = re.compile(r"^\s*([a-z_]+)\s*(?:(<=|>=|==|!=|<|>)\s*(-?[0-9.]+)\s*)?$")
 
 
@@ -62,7 +67,7 @@ class Condition:
 class Rule:
     """Conditions that must all hold, and what to tell the model when they do."""
 
-    text: str                      # the rule as configured, for logs
+    text: str  # the rule as configured, for logs
     conditions: tuple[Condition, ...]
     instruction: str
 
@@ -77,8 +82,9 @@ def parse_rule(text: str) -> Rule:
         ConfigError: naming what is wrong in the line and what is allowed.
     """
     if "=>" not in text:
-        raise ConfigError(f"proactive rule {text!r} has no '=>': write "
-                          "'CONDITION [and CONDITION] => INSTRUCTION'")
+        raise ConfigError(
+            f"proactive rule {text!r} has no '=>': write 'CONDITION [and CONDITION] => INSTRUCTION'"
+        )
     when, instruction = (part.strip() for part in text.split("=>", 1))
     if not instruction:
         raise ConfigError(f"proactive rule {text!r} says nothing after '=>'")
@@ -86,12 +92,15 @@ def parse_rule(text: str) -> Rule:
     for part in re.split(r"\s+and\s+", when):
         match = _CONDITION.match(part)
         if match is None:
-            raise ConfigError(f"proactive rule {text!r}: cannot read the condition {part!r}; "
-                              "use FACT or FACT OP NUMBER (OP: < <= > >= == !=)")
+            raise ConfigError(
+                f"proactive rule {text!r}: cannot read the condition {part!r}; "
+                "use FACT or FACT OP NUMBER (OP: < <= > >= == !=)"
+            )
         fact, op, value = match.groups()
         if fact not in FACTS:
-            raise ConfigError(f"proactive rule {text!r}: unknown fact {fact!r}; known: "
-                              f"{', '.join(FACTS)}")
+            raise ConfigError(
+                f"proactive rule {text!r}: unknown fact {fact!r}; known: {', '.join(FACTS)}"
+            )
         try:
             number = float(value) if value is not None else 0.0
         except ValueError:
@@ -126,15 +135,24 @@ class ProactivePolicy:
             self._appeared = True
         self._person_seen = present
 
-    def check(self, now: float, *, listening: bool, idle_s: float,
-              battery_percent: float = math.nan,
-              temperature_c: float = math.nan) -> Rule | None:
+    def check(
+        self,
+        now: float,
+        *,
+        listening: bool,
+        idle_s: float,
+        battery_percent: float = math.nan,
+        temperature_c: float = math.nan,
+    ) -> Rule | None:
         """The rule that fires now, or None. A person's appearance is used up by the check
         that sees it, whether a rule fires or not (it is an event, not a state)."""
         facts: dict[str, float | bool] = {
-            "person_present": bool(self._person_seen), "person_appeared": self._appeared,
-            "idle_s": idle_s, "battery_percent": battery_percent,
-            "temperature_c": temperature_c}
+            "person_present": bool(self._person_seen),
+            "person_appeared": self._appeared,
+            "idle_s": idle_s,
+            "battery_percent": battery_percent,
+            "temperature_c": temperature_c,
+        }
         self._appeared = False
         if not listening or now - self._last_fired < self.min_interval_s:
             return None

@@ -137,8 +137,13 @@ def _last_words(text: str, fits: Callable[[str], bool]) -> str:
     return " ".join(words[high:])
 
 
-def fit_history(prompt: Prompt, count_tokens: Callable[[str], int], budget: int, *,
-                fmt: PromptFormat = DEFAULT_FORMAT) -> tuple[Prompt, int]:
+def fit_history(
+    prompt: Prompt,
+    count_tokens: Callable[[str], int],
+    budget: int,
+    *,
+    fmt: PromptFormat = DEFAULT_FORMAT,
+) -> tuple[Prompt, int]:
     """Make ``fmt.render(prompt)`` fit in ``budget`` tokens; never raises.
 
     Drops the oldest turns first (returns how many were dropped). If the prompt without any
@@ -171,8 +176,9 @@ def fit_history(prompt: Prompt, count_tokens: Callable[[str], int], budget: int,
     if fits(trimmed):
         return trimmed, dropped
     # Even the bare prompt is too long: the user's last words matter most.
-    trimmed = replace(trimmed, user=_last_words(
-        trimmed.user, lambda text: fits(replace(trimmed, user=text))))
+    trimmed = replace(
+        trimmed, user=_last_words(trimmed.user, lambda text: fits(replace(trimmed, user=text)))
+    )
     if fits(trimmed):
         return trimmed, dropped
     for field_name in ("scene", "system"):

@@ -60,11 +60,16 @@ STAGES: tuple[str, ...] = ("ingest", "encode", "associate", "emit")
 def check_slice_ns(slice_ns: object) -> int:
     """Return ``slice_ns`` as an int if it is an allowed slice length, else raise
     ConfigError naming the allowed range."""
-    if isinstance(slice_ns, bool) or not isinstance(slice_ns, int) or \
-            not MIN_SLICE_NS <= slice_ns <= MAX_SLICE_NS:
-        raise ConfigError(f"slice_ns must be an integer in [{MIN_SLICE_NS}, {MAX_SLICE_NS}] "
-                          f"({MIN_SLICE_NS // NS_PER_MS}-{MAX_SLICE_NS // NS_PER_MS} ms), "
-                          f"got {slice_ns!r}")
+    if (
+        isinstance(slice_ns, bool)
+        or not isinstance(slice_ns, int)
+        or not MIN_SLICE_NS <= slice_ns <= MAX_SLICE_NS
+    ):
+        raise ConfigError(
+            f"slice_ns must be an integer in [{MIN_SLICE_NS}, {MAX_SLICE_NS}] "
+            f"({MIN_SLICE_NS // NS_PER_MS}-{MAX_SLICE_NS // NS_PER_MS} ms), "
+            f"got {slice_ns!r}"
+        )
     return slice_ns
 
 
@@ -95,12 +100,12 @@ def _per_stage() -> dict[str, int]:
 class SchedulerStats:
     """Counters and work times (ns, measured with the scheduler's clock) for diagnostics."""
 
-    slices_run: int = 0        # runs of the stages (a merged slice counts once)
-    merged: int = 0            # of those, merged slices
-    skipped: int = 0           # slice periods folded into merged slices (k - 1 each)
-    overruns: int = 0          # slices whose work took longer than slice_ns
-    clock_resets: int = 0      # now_ns went back by more than a slice: schedule re-anchored
-    stage_errors: int = 0      # exceptions raised by stages
+    slices_run: int = 0  # runs of the stages (a merged slice counts once)
+    merged: int = 0  # of those, merged slices
+    skipped: int = 0  # slice periods folded into merged slices (k - 1 each)
+    overruns: int = 0  # slices whose work took longer than slice_ns
+    clock_resets: int = 0  # now_ns went back by more than a slice: schedule re-anchored
+    stage_errors: int = 0  # exceptions raised by stages
     work_ns_last: int = 0
     work_ns_max: int = 0
     work_ns_total: int = 0
@@ -129,18 +134,29 @@ class TdmScheduler:
     timer callback calls it.
     """
 
-    def __init__(self, slice_ns: int = DEFAULT_SLICE_NS, *, ingest: Stage | None = None,
-                 encode: Stage | None = None, associate: Stage | None = None,
-                 emit: Stage | None = None, clock: Callable[[], int] = time.perf_counter_ns,
-                 on_error: Callable[[str, Exception], None] | None = None) -> None:
+    def __init__(
+        self,
+        slice_ns: int = DEFAULT_SLICE_NS,
+        *,
+        ingest: Stage | None = None,
+        encode: Stage | None = None,
+        associate: Stage | None = None,
+        emit: Stage | None = None,
+        clock: Callable[[], int] = time.perf_counter_ns,
+        on_error: Callable[[str, Exception], None] | None = None,
+    ) -> None:
         self._slice_ns = check_slice_ns(slice_ns)
         self._stages: tuple[tuple[str, Stage | None], ...] = (
-            ("ingest", ingest), ("encode", encode), ("associate", associate), ("emit", emit))
+            ("ingest", ingest),
+            ("encode", encode),
+            ("associate", associate),
+            ("emit", emit),
+        )
         self._clock = clock
         self._on_error = on_error
         self._origin: int | None = None
-        self._index = 0          # next slice period to run
-        self._next_start = 0     # its start in stream time
+        self._index = 0  # next slice period to run
+        self._next_start = 0  # its start in stream time
         self.stats = SchedulerStats()
 
     @property

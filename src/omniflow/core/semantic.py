@@ -97,8 +97,9 @@ class LshEncoder:
     the codes of embeddings that all lie in one orthant (ReLU features) informative.
     """
 
-    def __init__(self, dim: int, bits: int = CODE_BITS, seed: int = 0,
-                 center: ArrayLike | None = None) -> None:
+    def __init__(
+        self, dim: int, bits: int = CODE_BITS, seed: int = 0, center: ArrayLike | None = None
+    ) -> None:
         self.dim = _check_int("dim", dim, 1)
         self.bits = _check_int("bits", bits, 1, CODE_BITS)
         self.seed = _check_int("seed", seed, 0)
@@ -136,7 +137,7 @@ class LshEncoder:
             raise ValueError("the embeddings contain NaN or infinite values")
         packed = np.packbits(self._project(m) > 0, axis=1, bitorder="little")
         padded = np.zeros((m.shape[0], 4), dtype=np.uint8)
-        padded[:, :packed.shape[1]] = packed
+        padded[:, : packed.shape[1]] = packed
         return padded.view("<u4").reshape(-1).astype(np.uint32)
 
     def similarity(self, a: int, b: int) -> float:
@@ -155,7 +156,7 @@ def _gaussian_planes(bits: int, dim: int, seed: int) -> np.ndarray:
     radius = np.sqrt(-2.0 * np.log(u[0]))
     angle = 2.0 * math.pi * u[1]
     normals = np.concatenate([radius * np.cos(angle), radius * np.sin(angle)])
-    return normals[:bits * dim].reshape(bits, dim)
+    return normals[: bits * dim].reshape(bits, dim)
 
 
 def _mix64(x: int) -> int:
@@ -186,8 +187,7 @@ class BloomFilter:
         self.hashes = _check_int("hashes", hashes, 1, 16)
         bands = _check_int("bands", bands, 1, CODE_BITS)
         if CODE_BITS % bands:
-            raise ConfigError(f"bands must divide {CODE_BITS} (1, 2, 4, 8, 16 or 32), "
-                              f"got {bands}")
+            raise ConfigError(f"bands must divide {CODE_BITS} (1, 2, 4, 8, 16 or 32), got {bands}")
         self.bands = bands
         self._band_bits = CODE_BITS // bands
         self._band_mask = (1 << self._band_bits) - 1
@@ -250,8 +250,8 @@ class GateResult(NamedTuple):
     """The gate's verdict on one candidate."""
 
     accepted: bool
-    score: float       # Hamming similarity to the trigger, 0..1
-    reason: str        # why it was rejected; empty when accepted
+    score: float  # Hamming similarity to the trigger, 0..1
+    reason: str  # why it was rejected; empty when accepted
 
 
 class Gate:
@@ -262,16 +262,16 @@ class Gate:
     e.g. ``"hamming 17 > 12; too old (95.0 ms > 60.0 ms)"``.
     """
 
-    def __init__(self, max_hamming: int = 12, max_age_ns: int | None = None,
-                 bits: int = CODE_BITS) -> None:
+    def __init__(
+        self, max_hamming: int = 12, max_age_ns: int | None = None, bits: int = CODE_BITS
+    ) -> None:
         self.bits = _check_int("bits", bits, 1, CODE_BITS)
         self.max_hamming = _check_int("max_hamming", max_hamming, 0, self.bits)
         if max_age_ns is not None:
             max_age_ns = _check_int("max_age_ns", max_age_ns, 1)
         self.max_age_ns = max_age_ns
 
-    def evaluate(self, trigger_code: int, trigger_ns: int, code: int,
-                 stamp_ns: int) -> GateResult:
+    def evaluate(self, trigger_code: int, trigger_ns: int, code: int, stamp_ns: int) -> GateResult:
         """Judge a candidate (code, stamp) against the trigger (code, stamp)."""
         distance = hamming(trigger_code, code)
         score = 1.0 - distance / self.bits
@@ -280,6 +280,7 @@ class Gate:
             reasons.append(f"hamming {distance} > {self.max_hamming}")
         age = trigger_ns - stamp_ns
         if self.max_age_ns is not None and age > self.max_age_ns:
-            reasons.append(f"too old ({age / NS_PER_MS:.1f} ms > "
-                           f"{self.max_age_ns / NS_PER_MS:.1f} ms)")
+            reasons.append(
+                f"too old ({age / NS_PER_MS:.1f} ms > {self.max_age_ns / NS_PER_MS:.1f} ms)"
+            )
         return GateResult(not reasons, score, "; ".join(reasons))

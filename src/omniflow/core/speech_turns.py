@@ -69,8 +69,9 @@ class PlannerCounts:
 class SpeechPlanner:
     """Turns response chunks and interruptions into speech actions (see the module doc)."""
 
-    def __init__(self, chunker_factory: Callable[[], PhraseChunker],
-                 gap_timeout_s: float = 0.5) -> None:
+    def __init__(
+        self, chunker_factory: Callable[[], PhraseChunker], gap_timeout_s: float = 0.5
+    ) -> None:
         self._new_chunker = chunker_factory
         self._gap_timeout_s = gap_timeout_s
         self._turn: int | None = None
@@ -86,8 +87,9 @@ class SpeechPlanner:
         """The turn being spoken (None when idle)."""
         return self._turn
 
-    def on_chunk(self, turn_id: int, index: int, text_delta: str, is_final: bool,
-                 now_s: float) -> list[Action]:
+    def on_chunk(
+        self, turn_id: int, index: int, text_delta: str, is_final: bool, now_s: float
+    ) -> list[Action]:
         """Account for one response chunk."""
         actions: list[Action] = []
         if turn_id in self._closed:

@@ -17,7 +17,7 @@ class DeviceStats:
 
     status: str = "not configured"
     error: str = ""
-    errors: int = 0           # failed reads, writes or re-opens of the device
+    errors: int = 0  # failed reads, writes or re-opens of the device
 
     @property
     def level(self) -> int:
@@ -35,8 +35,11 @@ class DeviceStats:
 
     def values(self) -> list[tuple[str, str]]:
         """Every counter as (name, text) pairs."""
-        return [(f.name, str(getattr(self, f.name))) for f in fields(self)
-                if f.name not in ("status", "error")]
+        return [
+            (f.name, str(getattr(self, f.name)))
+            for f in fields(self)
+            if f.name not in ("status", "error")
+        ]
 
 
 @dataclass
@@ -44,12 +47,12 @@ class CaptureStats(DeviceStats):
     """Running counts of one capture stream, reported in the node's diagnostics."""
 
     published: int = 0
-    overflows: int = 0        # the device said its input buffer overflowed
-    gaps: int = 0             # jumps in stream time (blocks or frames missing)
-    missing: int = 0          # items missing in those jumps
-    dropped: int = 0          # items dropped because the consumer fell behind
-    restarts: int = 0         # stream time went backwards (a restarted source, a clock jump)
-    pacing_resyncs: int = 0   # the paced file source fell behind and skipped ahead in time
+    overflows: int = 0  # the device said its input buffer overflowed
+    gaps: int = 0  # jumps in stream time (blocks or frames missing)
+    missing: int = 0  # items missing in those jumps
+    dropped: int = 0  # items dropped because the consumer fell behind
+    restarts: int = 0  # stream time went backwards (a restarted source, a clock jump)
+    pacing_resyncs: int = 0  # the paced file source fell behind and skipped ahead in time
 
     @property
     def level(self) -> int:
@@ -66,7 +69,9 @@ class CaptureStats(DeviceStats):
         if self.error:
             return f"{self.status}: {self.error}"
         if self.level == WARN:
-            return (f"{self.status}; lost data: {self.overflows} overflows, {self.gaps} gaps "
-                    f"({self.missing} missing), {self.dropped} dropped, "
-                    f"{self.errors} read errors")
+            return (
+                f"{self.status}; lost data: {self.overflows} overflows, {self.gaps} gaps "
+                f"({self.missing} missing), {self.dropped} dropped, "
+                f"{self.errors} read errors"
+            )
         return self.status

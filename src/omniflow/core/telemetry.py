@@ -46,19 +46,19 @@ class CpuFreq:
     cpu: str
     cur_khz: float
     min_khz: float
-    max_khz: float           # the current cap (scaling_max_freq)
+    max_khz: float  # the current cap (scaling_max_freq)
     hardware_max_khz: float  # cpuinfo_max_freq
     governor: str
     available_governors: tuple[str, ...]
-    path: str                # the cpufreq directory, for writes
+    path: str  # the cpufreq directory, for writes
 
 
 @dataclass(frozen=True)
 class Battery:
     name: str
     percent: float
-    status: str       # Charging, Discharging, Full, Not charging, Unknown
-    power_w: float    # NaN when the driver reports neither power nor current x voltage
+    status: str  # Charging, Discharging, Full, Not charging, Unknown
+    power_w: float  # NaN when the driver reports neither power nor current x voltage
 
     @property
     def charging(self) -> bool:
@@ -133,8 +133,7 @@ def parse_pmic_power_w(text: str) -> float:
     for line in text.splitlines():
         match = re.match(r"\s*(\S+)_([AV])\s+\w+\(\d+\)=([0-9.eE+-]+)[AV]", line)
         if match:
-            (currents if match.group(2) == "A" else volts)[match.group(1)] = float(
-                match.group(3))
+            (currents if match.group(2) == "A" else volts)[match.group(1)] = float(match.group(3))
     rails = currents.keys() & volts.keys()
     return sum(currents[rail] * volts[rail] for rail in rails) if rails else NAN
 
@@ -207,7 +206,7 @@ class PowerModel:
             return NAN
         ratio = 1.0 if math.isnan(freq_ratio) else min(max(freq_ratio, 0.0), 1.0)
         load = min(max(load, 0.0), 1.0)
-        return self.idle_w + (self.max_w - self.idle_w) * load * ratio ** 2
+        return self.idle_w + (self.max_w - self.idle_w) * load * ratio**2
 
 
 # --------------------------------------------------------------------------- snapshot
@@ -215,19 +214,19 @@ class PowerModel:
 class Telemetry:
     """One sample of everything known about the machine; NaN / empty where unknown."""
 
-    temperature_c: float = NAN          # hottest thermal zone
+    temperature_c: float = NAN  # hottest thermal zone
     zones: dict[str, float] = field(default_factory=dict)
-    cpu_load: float = NAN               # 0..1 over all cores since the previous sample
+    cpu_load: float = NAN  # 0..1 over all cores since the previous sample
     cpus: int = 1
-    freq_ratio: float = NAN             # mean scaling_cur_freq / cpuinfo_max_freq
-    cur_freq_mhz: float = NAN           # mean over CPUs
-    governor: str = ""                  # of the first CPU
+    freq_ratio: float = NAN  # mean scaling_cur_freq / cpuinfo_max_freq
+    cur_freq_mhz: float = NAN  # mean over CPUs
+    governor: str = ""  # of the first CPU
     memory_total_mb: float = NAN
     memory_available_mb: float = NAN
     battery_percent: float = NAN
     battery_status: str = ""
     power_w: float = NAN
-    power_source: str = ""              # one of POWER_SOURCES
+    power_source: str = ""  # one of POWER_SOURCES
     board: str = ""
     throttled: list[str] = field(default_factory=list)
 
@@ -243,8 +242,11 @@ class Telemetry:
         """Mean frequency ratio and MHz over the CPUs, and the first CPU's governor."""
         if not freqs:
             return
-        ratios = [f.cur_khz / f.hardware_max_khz for f in freqs
-                  if f.hardware_max_khz > 0 and not math.isnan(f.cur_khz)]
+        ratios = [
+            f.cur_khz / f.hardware_max_khz
+            for f in freqs
+            if f.hardware_max_khz > 0 and not math.isnan(f.cur_khz)
+        ]
         if ratios:
             self.freq_ratio = sum(ratios) / len(ratios)
         currents = [f.cur_khz for f in freqs if not math.isnan(f.cur_khz)]
@@ -254,19 +256,25 @@ class Telemetry:
 
     def values(self) -> list[tuple[str, str]]:
         """Key/value pairs for diagnostics."""
+
         def number(value: float, digits: int = 2) -> str:
             return "nan" if math.isnan(value) else f"{value:.{digits}f}"
-        pairs = [("temperature_c", number(self.temperature_c, 1)),
-                 ("cpu_load", number(self.cpu_load, 3)), ("cpus", str(self.cpus)),
-                 ("cpu_freq_mhz", number(self.cur_freq_mhz, 0)),
-                 ("cpu_freq_ratio", number(self.freq_ratio, 3)),
-                 ("cpu_governor", self.governor),
-                 ("memory_total_mb", number(self.memory_total_mb, 0)),
-                 ("memory_available_mb", number(self.memory_available_mb, 0)),
-                 ("power_w", number(self.power_w, 2)), ("power_source", self.power_source),
-                 ("battery_percent", number(self.battery_percent, 0)),
-                 ("battery_status", self.battery_status), ("board", self.board),
-                 ("throttled", ", ".join(self.throttled))]
-        pairs += [(f"temperature_c.{name}", number(value, 1))
-                  for name, value in self.zones.items()]
+
+        pairs = [
+            ("temperature_c", number(self.temperature_c, 1)),
+            ("cpu_load", number(self.cpu_load, 3)),
+            ("cpus", str(self.cpus)),
+            ("cpu_freq_mhz", number(self.cur_freq_mhz, 0)),
+            ("cpu_freq_ratio", number(self.freq_ratio, 3)),
+            ("cpu_governor", self.governor),
+            ("memory_total_mb", number(self.memory_total_mb, 0)),
+            ("memory_available_mb", number(self.memory_available_mb, 0)),
+            ("power_w", number(self.power_w, 2)),
+            ("power_source", self.power_source),
+            ("battery_percent", number(self.battery_percent, 0)),
+            ("battery_status", self.battery_status),
+            ("board", self.board),
+            ("throttled", ", ".join(self.throttled)),
+        ]
+        pairs += [(f"temperature_c.{name}", number(value, 1)) for name, value in self.zones.items()]
         return pairs

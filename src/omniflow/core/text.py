@@ -29,4 +29,3 @@ def edit_distance(ref: Sequence[str], hyp: Sequence[str]) -> int:
         for j, h in enumerate(hyp, 1):
             prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (r != h))
     return row[-1]
-

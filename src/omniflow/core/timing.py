@@ -60,8 +60,13 @@ class Pacer:
     Waiting is interruptible through a ``threading.Event``.
     """
 
-    def __init__(self, period_s: float, rate: float = 1.0, max_lag: float = 5.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        period_s: float,
+        rate: float = 1.0,
+        max_lag: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         if not (period_s > 0 and rate > 0 and max_lag > 0):
             raise ValueError("period, rate and max_lag must be positive")
         self._period = period_s

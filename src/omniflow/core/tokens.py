@@ -104,8 +104,9 @@ def _is_int(value: object) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
-def token_problem(token: Token, now_ns: int | None = None,
-                  max_future_ns: int | None = None) -> str | None:
+def token_problem(
+    token: Token, now_ns: int | None = None, max_future_ns: int | None = None
+) -> str | None:
     """Say what is wrong with ``token`` (a sentence naming the field), or None if it is valid.
 
     Valid: a positive int64 stamp (0 is "no stamp" in ROS), a known modality and
@@ -116,18 +117,22 @@ def token_problem(token: Token, now_ns: int | None = None,
     if not _is_int(stamp) or not 0 < stamp <= _INT64_MAX:
         return f"stamp_ns must be a positive int64 (ns of stream time), got {stamp!r}"
     if not _is_int(token.modality) or not 0 <= token.modality < len(_MODALITIES):
-        return (f"unknown modality {token.modality!r}; allowed: "
-                + ", ".join(f"{m.value} ({m.name})" for m in Modality))
+        return f"unknown modality {token.modality!r}; allowed: " + ", ".join(
+            f"{m.value} ({m.name})" for m in Modality
+        )
     if not _is_int(token.code) or not 0 <= token.code <= CODE_MAX:
         return f"code must be an unsigned 32-bit integer, got {token.code!r}"
     if not _is_int(token.resolution) or not 0 <= token.resolution < len(_RESOLUTIONS):
-        return (f"unknown resolution {token.resolution!r}; allowed: "
-                + ", ".join(f"{r.value} ({r.name})" for r in Resolution))
+        return f"unknown resolution {token.resolution!r}; allowed: " + ", ".join(
+            f"{r.value} ({r.name})" for r in Resolution
+        )
     if not _is_int(token.unused_rounds) or token.unused_rounds < 0:
         return f"unused_rounds must be a non-negative integer, got {token.unused_rounds!r}"
     if now_ns is not None and max_future_ns is not None and stamp > now_ns + max_future_ns:
-        return (f"stamp_ns {stamp} is {(stamp - now_ns) / NS_PER_MS:.1f} ms ahead of now "
-                f"(at most {max_future_ns / NS_PER_MS:.1f} ms allowed)")
+        return (
+            f"stamp_ns {stamp} is {(stamp - now_ns) / NS_PER_MS:.1f} ms ahead of now "
+            f"(at most {max_future_ns / NS_PER_MS:.1f} ms allowed)"
+        )
     return None
 
 
@@ -138,13 +143,13 @@ _STAMP = attrgetter("stamp_ns")
 class RingStats:
     """What happened to the tokens offered to a ring; plain values for diagnostics."""
 
-    inserted: int = 0         # accepted tokens (in order or re-ordered)
-    out_of_order: int = 0     # of those, inserted behind a newer token (within the tolerance)
-    evicted: int = 0          # left because the ring was full (the oldest)
-    late_drops: int = 0       # arrived more than the reorder tolerance behind the newest
-    rejected: int = 0         # invalid tokens (bad stamp, code, modality, ...)
-    resets: int = 0           # the clock jumped back: the ring was emptied
-    retired: int = 0          # removed from the active set (freshness policy)
+    inserted: int = 0  # accepted tokens (in order or re-ordered)
+    out_of_order: int = 0  # of those, inserted behind a newer token (within the tolerance)
+    evicted: int = 0  # left because the ring was full (the oldest)
+    late_drops: int = 0  # arrived more than the reorder tolerance behind the newest
+    rejected: int = 0  # invalid tokens (bad stamp, code, modality, ...)
+    resets: int = 0  # the clock jumped back: the ring was emptied
+    retired: int = 0  # removed from the active set (freshness policy)
     last_drop_reason: str = ""
     last_reject_reason: str = ""
     last_reset_reason: str = ""
@@ -176,9 +181,13 @@ class TokenRing:
     Not thread-safe: one owner (the scheduler's thread) calls it.
     """
 
-    def __init__(self, capacity: int = 128, reorder_tolerance_ns: int = 200 * NS_PER_MS,
-                 reset_jump_ns: int = 1_000 * NS_PER_MS,
-                 max_future_ns: int | None = 1_000 * NS_PER_MS) -> None:
+    def __init__(
+        self,
+        capacity: int = 128,
+        reorder_tolerance_ns: int = 200 * NS_PER_MS,
+        reset_jump_ns: int = 1_000 * NS_PER_MS,
+        max_future_ns: int | None = 1_000 * NS_PER_MS,
+    ) -> None:
         """Allocate the storage once.
 
         ``reorder_tolerance_ns``: how far behind the newest stamp a token may arrive and
@@ -190,14 +199,18 @@ class TokenRing:
         if not _is_int(capacity) or capacity < 1:
             raise ConfigError(f"capacity must be a positive integer, got {capacity!r}")
         if not _is_int(reorder_tolerance_ns) or reorder_tolerance_ns < 0:
-            raise ConfigError("reorder_tolerance_ns must be a non-negative integer, "
-                              f"got {reorder_tolerance_ns!r}")
+            raise ConfigError(
+                f"reorder_tolerance_ns must be a non-negative integer, got {reorder_tolerance_ns!r}"
+            )
         if not _is_int(reset_jump_ns) or reset_jump_ns <= reorder_tolerance_ns:
-            raise ConfigError(f"reset_jump_ns ({reset_jump_ns!r}) must be an integer larger "
-                              f"than reorder_tolerance_ns ({reorder_tolerance_ns})")
+            raise ConfigError(
+                f"reset_jump_ns ({reset_jump_ns!r}) must be an integer larger "
+                f"than reorder_tolerance_ns ({reorder_tolerance_ns})"
+            )
         if max_future_ns is not None and (not _is_int(max_future_ns) or max_future_ns < 0):
-            raise ConfigError(f"max_future_ns must be None or a non-negative integer, "
-                              f"got {max_future_ns!r}")
+            raise ConfigError(
+                f"max_future_ns must be None or a non-negative integer, got {max_future_ns!r}"
+            )
         self._capacity = int(capacity)
         self._tolerance = int(reorder_tolerance_ns)
         self._reset_jump = int(reset_jump_ns)
@@ -209,8 +222,14 @@ class TokenRing:
         self._resolution = np.zeros(n, dtype=np.uint8)
         self._unused = np.zeros(n, dtype=np.int64)
         self._ids = np.full(n, -1, dtype=np.int64)
-        self._columns = (self._stamps, self._modality, self._code, self._resolution,
-                         self._unused, self._ids)
+        self._columns = (
+            self._stamps,
+            self._modality,
+            self._code,
+            self._resolution,
+            self._unused,
+            self._ids,
+        )
         self._rows: list[Token | None] = [None] * n
         self._head = 0
         self._count = 0
@@ -280,13 +299,15 @@ class TokenRing:
                 stats.resets += 1
                 stats.last_reset_reason = (
                     f"clock jumped back {behind / NS_PER_MS:.1f} ms (newest {self._newest_seen}, "
-                    f"got {stamp}); {self._count} tokens dropped")
+                    f"got {stamp}); {self._count} tokens dropped"
+                )
                 self.clear()
             elif behind > self._tolerance:
                 stats.late_drops += 1
                 stats.last_drop_reason = (
                     f"late: {behind / NS_PER_MS:.1f} ms behind the newest token "
-                    f"(tolerance {self._tolerance / NS_PER_MS:.1f} ms)")
+                    f"(tolerance {self._tolerance / NS_PER_MS:.1f} ms)"
+                )
                 return None
 
         count = self._count
@@ -310,9 +331,18 @@ class TokenRing:
             self._shift(pos, count, +1)
         token_id = self._next_id
         self._next_id += 1
-        self._write((self._head + pos) % cap, Token(
-            stamp, _MODALITIES[token.modality], int(token.code), token.payload,
-            _RESOLUTIONS[token.resolution], int(token.unused_rounds), token_id))
+        self._write(
+            (self._head + pos) % cap,
+            Token(
+                stamp,
+                _MODALITIES[token.modality],
+                int(token.code),
+                token.payload,
+                _RESOLUTIONS[token.resolution],
+                int(token.unused_rounds),
+                token_id,
+            ),
+        )
         self._count = count + 1
         if self._newest_seen is None or stamp > self._newest_seen:
             self._newest_seen = stamp
@@ -328,8 +358,7 @@ class TokenRing:
         self._newest_seen = None
 
     # ----------------------------------------------------------------- queries
-    def query(self, start_ns: int, end_ns: int,
-              modality: Modality | None = None) -> list[Token]:
+    def query(self, start_ns: int, end_ns: int, modality: Modality | None = None) -> list[Token]:
         """The held tokens with ``start_ns <= stamp <= end_ns`` (of ``modality`` if given),
         in stamp order. O(log n + m)."""
         if end_ns < start_ns or not self._count:
@@ -372,8 +401,9 @@ class TokenRing:
             self._write(slot, replace(row, unused_rounds=0))
         return True
 
-    def set_resolution(self, token_id: int, resolution: Resolution,
-                       shrink: Callable[[Any], Any] | None = None) -> bool:
+    def set_resolution(
+        self, token_id: int, resolution: Resolution, shrink: Callable[[Any], Any] | None = None
+    ) -> bool:
         """Set the token's resolution; when it changes, replace the payload by
         ``shrink(payload)`` if given. Return True if the resolution changed."""
         if resolution not in _RESOLUTIONS:
@@ -438,8 +468,17 @@ class TokenRing:
         pos = find(self._rows, stamp, head, first_end, key=_STAMP)  # type: ignore[arg-type]
         if pos < first_end or end <= cap:
             return pos - head
-        return first_end - head + find(self._rows, stamp, 0, end - cap,  # type: ignore[arg-type]
-                                       key=_STAMP)
+        return (
+            first_end
+            - head
+            + find(
+                self._rows,
+                stamp,
+                0,
+                end - cap,  # type: ignore[arg-type]
+                key=_STAMP,
+            )
+        )
 
     def _slice(self, lo: int, hi: int) -> list[Token]:
         """Rows of logical [lo, hi), by slicing the row list (at most two pieces)."""
@@ -451,8 +490,8 @@ class TokenRing:
         if b <= cap:
             return rows[a:b]  # type: ignore[return-value]
         if a >= cap:
-            return rows[a - cap:b - cap]  # type: ignore[return-value]
-        return rows[a:cap] + rows[:b - cap]  # type: ignore[return-value, operator]
+            return rows[a - cap : b - cap]  # type: ignore[return-value]
+        return rows[a:cap] + rows[: b - cap]  # type: ignore[return-value, operator]
 
     def _shift(self, lo: int, hi: int, delta: int) -> None:
         """Move the tokens at logical [lo, hi) by ``delta`` (+1 or -1) slots."""
@@ -479,8 +518,14 @@ class TokenRing:
         previous = None
         for slot in held:
             row = self._row(slot)
-            assert (row.stamp_ns, row.modality, row.code, row.resolution, row.unused_rounds,
-                    row.token_id) == tuple(int(c[slot]) for c in self._columns)
+            assert (
+                row.stamp_ns,
+                row.modality,
+                row.code,
+                row.resolution,
+                row.unused_rounds,
+                row.token_id,
+            ) == tuple(int(c[slot]) for c in self._columns)
             assert previous is None or previous <= row.stamp_ns
             previous = row.stamp_ns
         assert all(self._rows[s] is None for s in range(self._capacity) if s not in held)

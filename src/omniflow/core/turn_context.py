@@ -34,30 +34,72 @@ from omniflow.core.proactive import ProactivePolicy, Rule
 from omniflow.core.prompt import Prompt, Turn
 from omniflow.core.timing import NS_PER_MS, NS_PER_S
 
-__all__ = ["FRAME_MATCH_NS", "MAX_IMAGES", "TRIGGER_MATCH_NS", "TURN_PARAMS", "Seen",
-           "TurnContext", "trim_oldest"]
+__all__ = [
+    "FRAME_MATCH_NS",
+    "MAX_IMAGES",
+    "TRIGGER_MATCH_NS",
+    "TURN_PARAMS",
+    "Seen",
+    "TurnContext",
+    "trim_oldest",
+]
 
 # The dialogue node's parameters for what goes into a turn and when to speak unprompted.
 TURN_PARAMS = (
-    ParamSpec("history.max_turns", 16, "Earlier turns (user and robot each count one) kept "
-              "for the model; older ones are forgotten (the context trims further when full)",
-              minimum=0, maximum=256, live=True),
-    ParamSpec("vision.enabled", True, "Describe what the camera saw (the frames the "
-              "association chose, else the newest scene) to the model on spoken turns",
-              live=True),
-    ParamSpec("vision.max_age_ms", 3000, "The newest scene is used only when younger than "
-              "this", unit="ms", minimum=0, maximum=60000, live=True),
-    ParamSpec("proactive.enabled", True, "Let the robot speak unprompted when a rule holds",
-              live=True),
-    ParamSpec("proactive.rate_hz", 1.0, "How often the proactive rules are checked",
-              unit="Hz", minimum=0.1, maximum=10.0, read_only=True),
-    ParamSpec("proactive.min_interval_s", 30.0, "At least this long between proactive turns "
-              "(and between two firings of one rule)", unit="s", minimum=0.0,
-              maximum=86400.0, read_only=True),
-    ParamSpec("proactive.rules", "person_appeared => Someone just came into view. Greet them "
-              "in one short sentence.", "Proactive rules, one per line: 'CONDITION [and "
-              "CONDITION] => INSTRUCTION'; facts: person_present, person_appeared, idle_s, "
-              "battery_percent, temperature_c", read_only=True),
+    ParamSpec(
+        "history.max_turns",
+        16,
+        "Earlier turns (user and robot each count one) kept "
+        "for the model; older ones are forgotten (the context trims further when full)",
+        minimum=0,
+        maximum=256,
+        live=True,
+    ),
+    ParamSpec(
+        "vision.enabled",
+        True,
+        "Describe what the camera saw (the frames the "
+        "association chose, else the newest scene) to the model on spoken turns",
+        live=True,
+    ),
+    ParamSpec(
+        "vision.max_age_ms",
+        3000,
+        "The newest scene is used only when younger than this",
+        unit="ms",
+        minimum=0,
+        maximum=60000,
+        live=True,
+    ),
+    ParamSpec(
+        "proactive.enabled", True, "Let the robot speak unprompted when a rule holds", live=True
+    ),
+    ParamSpec(
+        "proactive.rate_hz",
+        1.0,
+        "How often the proactive rules are checked",
+        unit="Hz",
+        minimum=0.1,
+        maximum=10.0,
+        read_only=True,
+    ),
+    ParamSpec(
+        "proactive.min_interval_s",
+        30.0,
+        "At least this long between proactive turns (and between two firings of one rule)",
+        unit="s",
+        minimum=0.0,
+        maximum=86400.0,
+        read_only=True,
+    ),
+    ParamSpec(
+        "proactive.rules",
+        "person_appeared => Someone just came into view. Greet them in one short sentence.",
+        "Proactive rules, one per line: 'CONDITION [and "
+        "CONDITION] => INSTRUCTION'; facts: person_present, person_appeared, idle_s, "
+        "battery_percent, temperature_c",
+        read_only=True,
+    ),
 )
 
 # An association belongs to an utterance when its trigger is this close to the speech start.
@@ -104,8 +146,8 @@ class TurnContext:
     def __init__(self, now_ns: int = 0, policy: ProactivePolicy | None = None) -> None:
         self.policy = policy if policy is not None else ProactivePolicy(())
         self._history: deque[Turn] = deque()
-        self._user_texts: dict[int, str] = {}        # turn id -> what the user said
-        self._utterance_start: dict[int, int] = {}   # utterance id -> start stamp
+        self._user_texts: dict[int, str] = {}  # turn id -> what the user said
+        self._utterance_start: dict[int, int] = {}  # utterance id -> start stamp
         self._associations: deque[_Association] = deque(maxlen=_ASSOCIATIONS)
         self._scenes: deque[tuple[int, str]] = deque(maxlen=_SCENES)
         self._frames: deque[tuple[int, Any]] = deque(maxlen=_FRAMES)
@@ -118,8 +160,9 @@ class TurnContext:
         """A context with the proactive policy of ``TURN_PARAMS`` values (ConfigError for a
         rule that does not parse)."""
         rules = str(params["proactive.rules"]).splitlines()
-        return cls(now_ns, ProactivePolicy(
-            rules, min_interval_s=float(params["proactive.min_interval_s"])))
+        return cls(
+            now_ns, ProactivePolicy(rules, min_interval_s=float(params["proactive.min_interval_s"]))
+        )
 
     # ----------------------------------------------------------------- observations
     def utterance_started(self, utterance_id: int, start_ns: int) -> None:
@@ -151,12 +194,13 @@ class TurnContext:
         scene when it is at most ``max_age_ns`` old, else nothing."""
         start_ns = self._utterance_start.get(utterance_id)
         if start_ns is not None:
-            best = min(self._associations, default=None,
-                       key=lambda a: abs(a.trigger_ns - start_ns))
-            if best is not None and abs(best.trigger_ns - start_ns) <= TRIGGER_MATCH_NS \
-                    and best.chosen:
-                text = "; ".join(dict.fromkeys(summary for _, summary in best.chosen
-                                               if summary))
+            best = min(self._associations, default=None, key=lambda a: abs(a.trigger_ns - start_ns))
+            if (
+                best is not None
+                and abs(best.trigger_ns - start_ns) <= TRIGGER_MATCH_NS
+                and best.chosen
+            ):
+                text = "; ".join(dict.fromkeys(summary for _, summary in best.chosen if summary))
                 return Seen(text, tuple(stamp for stamp, _ in best.chosen))
         if self._scenes:
             stamp_ns, description = self._scenes[-1]
@@ -183,9 +227,16 @@ class TurnContext:
         """The prompt the user's words so far will end up in (evaluated ahead)."""
         return Prompt(system=system, history=self.history, user=user_text)
 
-    def begin_turn(self, start: StartTurn, system: str, now_ns: int, *, vision: bool,
-                   max_age_ns: int,
-                   decode: Callable[[Any], Any | None] | None = None) -> Prompt:
+    def begin_turn(
+        self,
+        start: StartTurn,
+        system: str,
+        now_ns: int,
+        *,
+        vision: bool,
+        max_age_ns: int,
+        decode: Callable[[Any], Any | None] | None = None,
+    ) -> Prompt:
         """Remember the turn's user text and build its prompt. With ``vision`` the prompt
         describes what the camera saw; with ``decode`` too (a model that sees images) it
         carries the chosen frames that ``decode`` turns into images (None: skipped)."""
@@ -194,10 +245,16 @@ class TurnContext:
         seen = self.seen(start.utterance_id, now_ns, max_age_ns) if vision else Seen()
         images = ()
         if vision and decode is not None:
-            images = tuple(image for image in map(decode, self.frames(seen.stamps_ns))
-                           if image is not None)
-        return Prompt(system=system, scene=seen.text, history=self.history,
-                      user=start.user_text, images=images)
+            images = tuple(
+                image for image in map(decode, self.frames(seen.stamps_ns)) if image is not None
+            )
+        return Prompt(
+            system=system,
+            scene=seen.text,
+            history=self.history,
+            user=start.user_text,
+            images=images,
+        )
 
     def end_turn(self, ended: TurnEnded, now_ns: int, max_turns: int) -> None:
         """Keep what was said (an answer cut short: its finished sentences), forget turns
@@ -230,6 +287,10 @@ class TurnContext:
     def proactive(self, now_ns: int, *, listening: bool) -> Rule | None:
         """The proactive rule that fires now, or None (see :class:`ProactivePolicy`)."""
         battery_percent, temperature_c = self._power
-        return self.policy.check(now_ns / NS_PER_S, listening=listening,
-                                 idle_s=self.idle_s(now_ns), battery_percent=battery_percent,
-                                 temperature_c=temperature_c)
+        return self.policy.check(
+            now_ns / NS_PER_S,
+            listening=listening,
+            idle_s=self.idle_s(now_ns),
+            battery_percent=battery_percent,
+            temperature_c=temperature_c,
+        )

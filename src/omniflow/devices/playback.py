@@ -869,8 +869,12 @@ class WavFileSink(_PacedSink):
             )
         try:
             self._file = soundfile.SoundFile(
-                str(self.path), "w", samplerate=self.sample_rate, channels=1,
-                subtype="PCM_16", format="WAV",
+                str(self.path),
+                "w",
+                samplerate=self.sample_rate,
+                channels=1,
+                subtype="PCM_16",
+                format="WAV",
             )
         except (soundfile.SoundFileError, OSError, RuntimeError) as err:
             raise SinkError(f"cannot write WAV file {self.path}: {err}") from err
@@ -890,8 +894,7 @@ class WavFileSink(_PacedSink):
     def describe(self) -> str:
         pace = "real time" if self.realtime else "as fast as possible"
         return (
-            f"WAV file {self.path}, {self.sample_rate} Hz, {self.block_frames}-frame blocks, "
-            f"{pace}"
+            f"WAV file {self.path}, {self.sample_rate} Hz, {self.block_frames}-frame blocks, {pace}"
         )
 
 

@@ -28,33 +28,45 @@ class Direction:
     instead: str
 
 
-INPUT = Direction("input", "max_input_channels", "in",
-                  "use source:=file to read an audio file instead")
-OUTPUT = Direction("output", "max_output_channels", "out",
-                   "use sink:=null to play into nothing or sink:=wav to write a WAV file "
-                   "instead")
+INPUT = Direction(
+    "input", "max_input_channels", "in", "use source:=file to read an audio file instead"
+)
+OUTPUT = Direction(
+    "output",
+    "max_output_channels",
+    "out",
+    "use sink:=null to play into nothing or sink:=wav to write a WAV file instead",
+)
 
 
 def _capable(devices: list[Mapping[str, Any]], direction: Direction) -> list[tuple[int, str]]:
-    return [(int(dev.get("index", i)), str(dev["name"])) for i, dev in enumerate(devices)
-            if dev.get(direction.channels_key, 0) > 0]
+    return [
+        (int(dev.get("index", i)), str(dev["name"]))
+        for i, dev in enumerate(devices)
+        if dev.get(direction.channels_key, 0) > 0
+    ]
 
 
 def describe_devices(devices: Iterable[Mapping[str, Any]], direction: Direction) -> str:
     """List the devices of one direction as ``"index: name (N in)"`` lines, or say there are
     none and what to use instead."""
     devices = list(devices)
-    lines = [f"  {dev.get('index', i)}: {dev['name']} "
-             f"({dev[direction.channels_key]} {direction.short})"
-             for i, dev in enumerate(devices) if dev.get(direction.channels_key, 0) > 0]
+    lines = [
+        f"  {dev.get('index', i)}: {dev['name']} ({dev[direction.channels_key]} {direction.short})"
+        for i, dev in enumerate(devices)
+        if dev.get(direction.channels_key, 0) > 0
+    ]
     if not lines:
-        return (f"no audio {direction.kind} devices are available (no sound card, or "
-                f"PulseAudio not reachable: check PULSE_SERVER); {direction.instead}")
+        return (
+            f"no audio {direction.kind} devices are available (no sound card, or "
+            f"PulseAudio not reachable: check PULSE_SERVER); {direction.instead}"
+        )
     return f"available {direction.kind} devices:\n" + "\n".join(lines)
 
 
-def resolve_device(devices: Iterable[Mapping[str, Any]], wanted: int | str | None,
-                   direction: Direction) -> int | None:
+def resolve_device(
+    devices: Iterable[Mapping[str, Any]], wanted: int | str | None, direction: Direction
+) -> int | None:
     """The PortAudio index of a device, or None for PortAudio's default of that direction.
 
     ``wanted`` is None (the default), an index, or a name matched exactly (case-insensitive)
@@ -84,12 +96,15 @@ def resolve_device(devices: Iterable[Mapping[str, Any]], wanted: int | str | Non
     if not partial:
         raise DeviceNotFoundError(f"no {kind} device named like {wanted!r}; {listing}")
     matches = ", ".join(f"{index}: {name}" for index, name in partial)
-    raise ConfigError(f"{kind} device name {wanted!r} is ambiguous, it matches {matches}; "
-                      "give a longer name or the index")
+    raise ConfigError(
+        f"{kind} device name {wanted!r} is ambiguous, it matches {matches}; "
+        "give a longer name or the index"
+    )
 
 
-def find_device(sd: ModuleType, wanted: int | str | None, direction: Direction,
-                error: type[OmniflowError]) -> Mapping[str, Any]:
+def find_device(
+    sd: ModuleType, wanted: int | str | None, direction: Direction, error: type[OmniflowError]
+) -> Mapping[str, Any]:
     """The ``query_devices()`` entry of the device to open: ``wanted`` as
     :func:`resolve_device` reads it, or PortAudio's default device of that direction.
 
@@ -105,8 +120,9 @@ def find_device(sd: ModuleType, wanted: int | str | None, direction: Direction,
     try:
         return sd.query_devices(index, kind=direction.kind) if index is None else devices[index]
     except (sd.PortAudioError, ValueError) as err:
-        raise DeviceNotFoundError(f"no default {direction.kind} device ({err}); "
-                                  f"{describe_devices(devices, direction)}") from err
+        raise DeviceNotFoundError(
+            f"no default {direction.kind} device ({err}); {describe_devices(devices, direction)}"
+        ) from err
 
 
 def parse_device(location: str) -> int | str | None:
@@ -123,6 +139,8 @@ def import_sounddevice(error: type[OmniflowError], instead: str) -> ModuleType:
     try:
         import sounddevice
     except OSError as err:  # raised when libportaudio cannot be loaded
-        raise error(f"the PortAudio library is missing ({err}); install it with "
-                    f"'apt install libportaudio2', or {instead}") from err
+        raise error(
+            f"the PortAudio library is missing ({err}); install it with "
+            f"'apt install libportaudio2', or {instead}"
+        ) from err
     return sounddevice

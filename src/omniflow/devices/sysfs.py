@@ -70,8 +70,8 @@ def _read_number(path: str, scale: float = 1.0) -> float:
 
 def _sorted_glob(pattern: str) -> list[str]:
     def key(path: str) -> tuple:
-        return tuple(int(part) if part.isdigit() else part
-                     for part in re.split(r"(\d+)", path))
+        return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path))
+
     return sorted(glob.glob(pattern), key=key)
 
 
@@ -93,16 +93,24 @@ def cpu_frequencies(root: str) -> list[CpuFreq]:
     """The cpufreq policy of every CPU that exposes one."""
     result = []
     for path in _sorted_glob(os.path.join(root, "sys/devices/system/cpu/cpu[0-9]*/cpufreq")):
+
         def number(name: str, path: str = path) -> float:
             return _read_number(os.path.join(path, name))
-        result.append(CpuFreq(
-            cpu=os.path.basename(os.path.dirname(path)),
-            cur_khz=number("scaling_cur_freq"), min_khz=number("scaling_min_freq"),
-            max_khz=number("scaling_max_freq"), hardware_max_khz=number("cpuinfo_max_freq"),
-            governor=_read(os.path.join(path, "scaling_governor")) or "",
-            available_governors=tuple(
-                (_read(os.path.join(path, "scaling_available_governors")) or "").split()),
-            path=path))
+
+        result.append(
+            CpuFreq(
+                cpu=os.path.basename(os.path.dirname(path)),
+                cur_khz=number("scaling_cur_freq"),
+                min_khz=number("scaling_min_freq"),
+                max_khz=number("scaling_max_freq"),
+                hardware_max_khz=number("cpuinfo_max_freq"),
+                governor=_read(os.path.join(path, "scaling_governor")) or "",
+                available_governors=tuple(
+                    (_read(os.path.join(path, "scaling_available_governors")) or "").split()
+                ),
+                path=path,
+            )
+        )
     return result
 
 
@@ -129,20 +137,26 @@ def batteries(root: str) -> list[Battery]:
             continue
         power = _read_number(os.path.join(path, "power_now"), 1e-6)
         if math.isnan(power):
-            power = (_read_number(os.path.join(path, "current_now"), 1e-6)
-                     * _read_number(os.path.join(path, "voltage_now"), 1e-6))
-        result.append(Battery(
-            name=os.path.basename(path),
-            percent=_read_number(os.path.join(path, "capacity")),
-            status=_read(os.path.join(path, "status")) or "Unknown",
-            power_w=abs(power)))
+            power = _read_number(os.path.join(path, "current_now"), 1e-6) * _read_number(
+                os.path.join(path, "voltage_now"), 1e-6
+            )
+        result.append(
+            Battery(
+                name=os.path.basename(path),
+                percent=_read_number(os.path.join(path, "capacity")),
+                status=_read(os.path.join(path, "status")) or "Unknown",
+                power_w=abs(power),
+            )
+        )
     return result
 
 
 def hwmon_power_w(root: str) -> float:
     """Sum of the hwmon power sensors (``power*_input``, µW) in W; NaN when there are none."""
-    readings = [_read_number(path, 1e-6) for path in _sorted_glob(
-        os.path.join(root, "sys/class/hwmon/hwmon*/power*_input"))]
+    readings = [
+        _read_number(path, 1e-6)
+        for path in _sorted_glob(os.path.join(root, "sys/class/hwmon/hwmon*/power*_input"))
+    ]
     readings = [value for value in readings if not math.isnan(value)]
     return sum(readings) if readings else NAN
 
@@ -156,7 +170,9 @@ def rapl_energy_uj(root: str) -> dict[str, tuple[float, float]]:
         energy = _read_number(os.path.join(path, "energy_uj"))
         if not math.isnan(energy):
             result[os.path.basename(path)] = (
-                energy, _read_number(os.path.join(path, "max_energy_range_uj")))
+                energy,
+                _read_number(os.path.join(path, "max_energy_range_uj")),
+            )
     return result
 
 
@@ -175,8 +191,13 @@ def run_vcgencmd(args: list[str]) -> str | None:
     if executable is None:
         return None
     try:
-        done = subprocess.run([executable, *args], capture_output=True, text=True,
-                              timeout=_VCGENCMD_TIMEOUT_S, check=False)
+        done = subprocess.run(
+            [executable, *args],
+            capture_output=True,
+            text=True,
+            timeout=_VCGENCMD_TIMEOUT_S,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return done.stdout if done.returncode == 0 else None
@@ -191,8 +212,12 @@ class TelemetryReader:
     None (default :func:`run_vcgencmd`, which returns None where it is not installed).
     """
 
-    def __init__(self, root: str = "/", model: PowerModel | None = None,
-                 vcgencmd: Runner | None = run_vcgencmd) -> None:
+    def __init__(
+        self,
+        root: str = "/",
+        model: PowerModel | None = None,
+        vcgencmd: Runner | None = run_vcgencmd,
+    ) -> None:
         self.root = root
         self.model = model or PowerModel(idle_w=0.5, max_w=4.5)
         self._vcgencmd = vcgencmd
@@ -226,15 +251,19 @@ class TelemetryReader:
                     result.throttled = []
         return result
 
-    def _power(self, result: Telemetry, packs: list[Battery],
-               now_s: float) -> tuple[float, str]:
+    def _power(self, result: Telemetry, packs: list[Battery], now_s: float) -> tuple[float, str]:
         """The first of: battery discharge power, hwmon sensors, RAPL, the Pi 5 PMIC, the
         model (the PMIC is asked only when nothing before it answered)."""
         rapl = (now_s, rapl_energy_uj(self.root))
         rapl_w = rapl_power_w(self._last_rapl, rapl)
         self._last_rapl = rapl if rapl[1] else None
-        power = first_power([(sum(p.power_w for p in packs) if packs else NAN, "battery"),
-                             (hwmon_power_w(self.root), "hwmon"), (rapl_w, "rapl")])
+        power = first_power(
+            [
+                (sum(p.power_w for p in packs) if packs else NAN, "battery"),
+                (hwmon_power_w(self.root), "hwmon"),
+                (rapl_w, "rapl"),
+            ]
+        )
         if power[1]:
             return power
         if self._is_pi and self._vcgencmd is not None:
@@ -247,8 +276,9 @@ class TelemetryReader:
 
 
 # --------------------------------------------------------------------------- CPU control
-def write_cpufreq(root: str, name: str,
-                  value: str | Callable[[CpuFreq], str]) -> tuple[list[str], list[str]]:
+def write_cpufreq(
+    root: str, name: str, value: str | Callable[[CpuFreq], str]
+) -> tuple[list[str], list[str]]:
     """Write ``value`` (or ``value(cpu)``, per CPU) into ``cpufreq/<name>`` of every CPU;
     return the paths (written or already holding it, refused).
 

@@ -40,8 +40,10 @@ def load_speexdsp() -> ctypes.CDLL:
         if hasattr(lib, "speex_echo_state_init"):
             break
     else:
-        raise EngineError("libspeexdsp not found: install the Debian package libspeexdsp1 "
-                          "(scripts/install_system_deps.sh)")
+        raise EngineError(
+            "libspeexdsp not found: install the Debian package libspeexdsp1 "
+            "(scripts/install_system_deps.sh)"
+        )
     lib.speex_echo_state_init.restype = ctypes.c_void_p
     lib.speex_echo_state_init.argtypes = [ctypes.c_int, ctypes.c_int]
     lib.speex_echo_cancellation.restype = None
@@ -64,8 +66,14 @@ class SpeexEchoCanceller:
     ``suppress_score`` (0 < score; > 1 turns the gate off and keeps only the cancellation).
     """
 
-    def __init__(self, reference: EchoReference, *, frame_ms: int = 20, tail_ms: int = 300,
-                 suppress_score: float = 0.5) -> None:
+    def __init__(
+        self,
+        reference: EchoReference,
+        *,
+        frame_ms: int = 20,
+        tail_ms: int = 300,
+        suppress_score: float = 0.5,
+    ) -> None:
         if frame_ms not in (10, 20):
             raise ConfigError(f"frame_ms must be 10 or 20, not {frame_ms}")
         if not 20 <= tail_ms <= 1000:
@@ -77,11 +85,11 @@ class SpeexEchoCanceller:
         self._lib = load_speexdsp()
         self._state = self._lib.speex_echo_state_init(self._frame, rate * tail_ms // 1000)
         if not self._state:
-            raise EngineError(f"speex_echo_state_init failed (frame {self._frame}, "
-                              f"tail {tail_ms} ms)")
+            raise EngineError(
+                f"speex_echo_state_init failed (frame {self._frame}, tail {tail_ms} ms)"
+            )
         value = ctypes.c_int(rate)
-        self._lib.speex_echo_ctl(self._state, _SPEEX_ECHO_SET_SAMPLING_RATE,
-                                 ctypes.byref(value))
+        self._lib.speex_echo_ctl(self._state, _SPEEX_ECHO_SET_SAMPLING_RATE, ctypes.byref(value))
 
     def __del__(self) -> None:
         state, self._state = getattr(self, "_state", None), None
@@ -95,8 +103,9 @@ class SpeexEchoCanceller:
     def process(self, samples: np.ndarray, stamp_ns: int) -> EchoResult:
         mic = np.ascontiguousarray(samples, dtype=np.int16)
         if mic.ndim != 1 or len(mic) % self._frame:
-            raise AudioFormatError(f"chunks must be mono multiples of {self._frame} samples, "
-                                   f"got shape {mic.shape}")
+            raise AudioFormatError(
+                f"chunks must be mono multiples of {self._frame} samples, got shape {mic.shape}"
+            )
         ref = self.reference.window(stamp_ns, len(mic))
         if not np.any(ref):
             return EchoResult(mic, math.nan, False, math.nan)
@@ -105,8 +114,11 @@ class SpeexEchoCanceller:
         for lo in range(0, len(mic), self._frame):
             hi = lo + self._frame
             self._lib.speex_echo_cancellation(
-                self._state, mic[lo:hi].ctypes.data_as(_I16P),
-                ref16[lo:hi].ctypes.data_as(_I16P), out[lo:hi].ctypes.data_as(_I16P))
+                self._state,
+                mic[lo:hi].ctypes.data_as(_I16P),
+                ref16[lo:hi].ctypes.data_as(_I16P),
+                out[lo:hi].ctypes.data_as(_I16P),
+            )
         x = mic.astype(np.float64)
         energy = float(x @ x)
         y = out.astype(np.float64)

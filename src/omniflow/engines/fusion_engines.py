@@ -32,10 +32,15 @@ class EchoSettings:
     reverb_ms: float = 320.0
 
 
-def make_fusion_engines(*, vad_engine: str, min_speech_ms: float, min_silence_ms: float,
-                        recognizer: Callable[[], Recognizer] | None = None,
-                        vision: Callable[[], VisionEncoder] | None = None,
-                        echo: EchoSettings | None = None) -> FusionEngines:
+def make_fusion_engines(
+    *,
+    vad_engine: str,
+    min_speech_ms: float,
+    min_silence_ms: float,
+    recognizer: Callable[[], Recognizer] | None = None,
+    vision: Callable[[], VisionEncoder] | None = None,
+    echo: EchoSettings | None = None,
+) -> FusionEngines:
     """The engines: a ``vad_engine`` VAD with these timings, the recogniser and vision
     encoder the factories make (none without one) and an echo stage with ``echo``."""
     timing = {"min_speech_ms": float(min_speech_ms), "min_silence_ms": float(min_silence_ms)}
@@ -44,33 +49,46 @@ def make_fusion_engines(*, vad_engine: str, min_speech_ms: float, min_silence_ms
     encoder = vision() if vision is not None else None
     stage = None
     if echo is not None:
-        reference = EchoReference(echo.max_delay_ms + echo.reverb_ms + REFERENCE_SLACK_MS,
-                                  SAMPLE_RATE)
-        gate = EchoGate(reference, suppress_score=echo.suppress_score,
-                        max_delay_ms=echo.max_delay_ms, reverb_ms=echo.reverb_ms)
+        reference = EchoReference(
+            echo.max_delay_ms + echo.reverb_ms + REFERENCE_SLACK_MS, SAMPLE_RATE
+        )
+        gate = EchoGate(
+            reference,
+            suppress_score=echo.suppress_score,
+            max_delay_ms=echo.max_delay_ms,
+            reverb_ms=echo.reverb_ms,
+        )
         stage = EchoStage(gate, reference, make_vad(vad_engine, **timing))
     return FusionEngines(vad, asr, encoder, stage)
 
 
-def fusion_engines_from_params(params: Mapping[str, object],
-                               vision_factory: Callable[[], VisionEncoder] | None = None
-                               ) -> FusionEngines:
+def fusion_engines_from_params(
+    params: Mapping[str, object], vision_factory: Callable[[], VisionEncoder] | None = None
+) -> FusionEngines:
     """The engines the fusion node's parameters describe; ``vision_factory`` replaces the
     default vision encoder (tests)."""
     p = params
 
     def recognizer() -> Recognizer:
         return make_recognizer(
-            p["asr.engine"], grammar_path=p["asr.grammar_path"] or None,
+            p["asr.engine"],
+            grammar_path=p["asr.grammar_path"] or None,
             whisper_model_path=p["asr.whisper.model_path"] or None,
             whisper_threads=p["asr.whisper.threads"],
             whisper_beam_size=p["asr.whisper.beam_size"],
-            whisper_partial_interval_ms=p["asr.whisper.partial_interval_ms"])
+            whisper_partial_interval_ms=p["asr.whisper.partial_interval_ms"],
+        )
 
-    echo = EchoSettings(p["echo.suppress_score"], p["echo.max_delay_ms"],
-                        p["echo.reverb_ms"]) if p["echo.enabled"] else None
+    echo = (
+        EchoSettings(p["echo.suppress_score"], p["echo.max_delay_ms"], p["echo.reverb_ms"])
+        if p["echo.enabled"]
+        else None
+    )
     return make_fusion_engines(
-        vad_engine=p["vad.engine"], min_speech_ms=p["vad.min_speech_ms"],
-        min_silence_ms=p["vad.min_silence_ms"], recognizer=recognizer,
+        vad_engine=p["vad.engine"],
+        min_speech_ms=p["vad.min_speech_ms"],
+        min_silence_ms=p["vad.min_silence_ms"],
+        recognizer=recognizer,
         vision=(vision_factory or make_default_encoder) if p["vision.enabled"] else None,
-        echo=echo)
+        echo=echo,
+    )

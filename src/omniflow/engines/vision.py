@@ -154,9 +154,12 @@ class BackendChoice:
     reason: str
 
 
-def choose_backend(model_path: str | Path, accelerator: str = "auto",
-                   probe: EdgeTpuProbe | None = None,
-                   exists: Callable[[Path], bool] = Path.is_file) -> BackendChoice:
+def choose_backend(
+    model_path: str | Path,
+    accelerator: str = "auto",
+    probe: EdgeTpuProbe | None = None,
+    exists: Callable[[Path], bool] = Path.is_file,
+) -> BackendChoice:
     """Decide between the Edge TPU and the CPU for ``model_path`` (a pure function).
 
     ``accelerator``: ``cpu`` (never probe), ``auto`` (Edge TPU when the library loads and the
@@ -192,8 +195,13 @@ class TfliteModel:
     quantisation). ``backend`` and ``reason`` say what was loaded and why.
     """
 
-    def __init__(self, model_path: str | Path, accelerator: str = "auto",
-                 num_threads: int = 2, probe: EdgeTpuProbe | None = None) -> None:
+    def __init__(
+        self,
+        model_path: str | Path,
+        accelerator: str = "auto",
+        num_threads: int = 2,
+        probe: EdgeTpuProbe | None = None,
+    ) -> None:
         path = Path(model_path)
         if not path.is_file():
             raise EngineError(f"vision model not found: {path}")
@@ -208,15 +216,18 @@ class TfliteModel:
         if choice.backend == "edgetpu":
             try:
                 delegate = load_delegate(EDGETPU_LIBRARY)
-                self.interpreter = Interpreter(model_path=str(choice.model_path),
-                                               experimental_delegates=[delegate])
+                self.interpreter = Interpreter(
+                    model_path=str(choice.model_path), experimental_delegates=[delegate]
+                )
                 self.interpreter.allocate_tensors()
             except (ValueError, RuntimeError, OSError) as err:
                 if accelerator == "edgetpu":
-                    raise EngineError(f"Edge TPU delegate failed for {choice.model_path}: "
-                                      f"{err}") from err
-                choice = BackendChoice("cpu", path, f"falling back to the CPU: Edge TPU "
-                                                    f"delegate failed: {err}")
+                    raise EngineError(
+                        f"Edge TPU delegate failed for {choice.model_path}: {err}"
+                    ) from err
+                choice = BackendChoice(
+                    "cpu", path, f"falling back to the CPU: Edge TPU delegate failed: {err}"
+                )
                 self.interpreter = None
         if self.interpreter is None:
             try:
@@ -230,12 +241,14 @@ class TfliteModel:
         # accelerator=cpu is a configured choice; otherwise the decision (and any fallback's
         # reason) is worth a line in the log of every start.
         (_LOG.debug if accelerator == "cpu" else _LOG.info)(
-            "vision model %s on %s (%s)", path.name, choice.backend, choice.reason)
+            "vision model %s on %s (%s)", path.name, choice.backend, choice.reason
+        )
         self._input = self.interpreter.get_input_details()[0]
         self._outputs = self.interpreter.get_output_details()
         self.input_shape: tuple[int, ...] = tuple(int(d) for d in self._input["shape"])
         self.output_shapes: list[tuple[int, ...]] = [
-            tuple(int(d) for d in out["shape"]) for out in self._outputs]
+            tuple(int(d) for d in out["shape"]) for out in self._outputs
+        ]
 
     def run(self, batch: np.ndarray) -> list[np.ndarray]:
         """Run one inference; ``batch`` is float32 in the input's shape (before quantisation)."""
@@ -264,8 +277,9 @@ class TfliteModel:
 
 
 # ---------------------------------------------------------------------------- SSD detectors
-def ssd_anchors(input_size: int, strides: Sequence[int], anchors_per_stride: Sequence[int]
-                ) -> np.ndarray:
+def ssd_anchors(
+    input_size: int, strides: Sequence[int], anchors_per_stride: Sequence[int]
+) -> np.ndarray:
     """Anchor centres (N x 2, normalised x, y) in MediaPipe's ``SsdAnchorsCalculator`` order.
 
     With ``fixed_anchor_size`` every anchor is 1 x 1, so only the centres and their order
@@ -302,12 +316,35 @@ class DetectorSpec:
 #: photographs the cat's face scores 0.58 as a human face and textures (Hubble field, retina)
 #: 0.51-0.61 as palms, while the astronaut's and the cameraman's faces score 0.92 and 0.79.
 MEDIAPIPE_DETECTORS: dict[str, DetectorSpec] = {
-    "face": DetectorSpec("face", "modules/face_detection/face_detection_short_range.tflite",
-                         128, (-1.0, 1.0), (8, 16), (2, 6), 6, threshold=0.65),
-    "hand": DetectorSpec("hand", "modules/palm_detection/palm_detection_lite.tflite",
-                         192, (0.0, 1.0), (8, 16), (2, 6), 7, threshold=0.7),
-    "person": DetectorSpec("person", "modules/pose_detection/pose_detection.tflite",
-                           224, (-1.0, 1.0), (8, 16, 32), (2, 2, 6), 4),
+    "face": DetectorSpec(
+        "face",
+        "modules/face_detection/face_detection_short_range.tflite",
+        128,
+        (-1.0, 1.0),
+        (8, 16),
+        (2, 6),
+        6,
+        threshold=0.65,
+    ),
+    "hand": DetectorSpec(
+        "hand",
+        "modules/palm_detection/palm_detection_lite.tflite",
+        192,
+        (0.0, 1.0),
+        (8, 16),
+        (2, 6),
+        7,
+        threshold=0.7,
+    ),
+    "person": DetectorSpec(
+        "person",
+        "modules/pose_detection/pose_detection.tflite",
+        224,
+        (-1.0, 1.0),
+        (8, 16, 32),
+        (2, 2, 6),
+        4,
+    ),
 }
 
 
@@ -319,8 +356,10 @@ def mediapipe_model_path(relative: str) -> Path:
     """
     spec = importlib.util.find_spec("mediapipe")
     if spec is None or not spec.submodule_search_locations:
-        raise EngineError("mediapipe is not installed: pip install --no-deps -r "
-                          "requirements/no-deps.txt (it carries the detector models)")
+        raise EngineError(
+            "mediapipe is not installed: pip install --no-deps -r "
+            "requirements/no-deps.txt (it carries the detector models)"
+        )
     path = Path(next(iter(spec.submodule_search_locations))) / relative
     if not path.is_file():
         raise EngineError(f"vision model not found: {path}")
@@ -335,7 +374,7 @@ def _letterbox(rgb: np.ndarray, size: int) -> tuple[np.ndarray, float, float, fl
     side = max(h, w)
     pad_x, pad_y = (side - w) / 2.0, (side - h) / 2.0
     canvas = np.zeros((side, side, 3), np.uint8)
-    canvas[int(pad_y):int(pad_y) + h, int(pad_x):int(pad_x) + w] = rgb
+    canvas[int(pad_y) : int(pad_y) + h, int(pad_x) : int(pad_x) + w] = rgb
     interp = cv2.INTER_AREA if side > size else cv2.INTER_LINEAR
     return cv2.resize(canvas, (size, size), interpolation=interp), float(side), pad_x, pad_y
 
@@ -396,8 +435,13 @@ class SsdDetector:
     returns one :class:`Observation` or None.
     """
 
-    def __init__(self, spec: DetectorSpec, model_path: str | Path | None = None,
-                 accelerator: str = "cpu", num_threads: int = 2) -> None:
+    def __init__(
+        self,
+        spec: DetectorSpec,
+        model_path: str | Path | None = None,
+        accelerator: str = "cpu",
+        num_threads: int = 2,
+    ) -> None:
         if not 0.0 < spec.threshold < 1.0:
             raise ConfigError(f"{spec.name} threshold must be in (0, 1), got {spec.threshold}")
         self.spec = spec
@@ -405,8 +449,10 @@ class SsdDetector:
         self.model = TfliteModel(path, accelerator=accelerator, num_threads=num_threads)
         expected = (1, spec.input_size, spec.input_size, 3)
         if self.model.input_shape != expected:
-            raise EngineError(f"{path} has input {self.model.input_shape}, the {spec.name} "
-                              f"detector expects {expected}")
+            raise EngineError(
+                f"{path} has input {self.model.input_shape}, the {spec.name} "
+                f"detector expects {expected}"
+            )
         self.anchors = ssd_anchors(spec.input_size, spec.strides, spec.anchors_per_stride)
         lo, hi = spec.input_range
         self._scale = (hi - lo) / 255.0
@@ -432,12 +478,14 @@ class SsdDetector:
         raw = boxes[best] / size
         ax, ay = self.anchors[best]
         cx, cy, bw, bh = raw[0] + ax, raw[1] + ay, raw[2], raw[3]
-        kps = raw[4:4 + 2 * self.spec.num_keypoints].reshape(-1, 2) + (ax, ay)
+        kps = raw[4 : 4 + 2 * self.spec.num_keypoints].reshape(-1, 2) + (ax, ay)
         h, w = rgb.shape[:2]
 
         def to_frame(x: float, y: float) -> tuple[float, float]:
-            return (float(np.clip((x * side - pad_x) / w, 0, 1)),
-                    float(np.clip((y * side - pad_y) / h, 0, 1)))
+            return (
+                float(np.clip((x * side - pad_x) / w, 0, 1)),
+                float(np.clip((y * side - pad_y) / h, 0, 1)),
+            )
 
         x0, y0 = to_frame(cx - bw / 2, cy - bh / 2)
         x1, y1 = to_frame(cx + bw / 2, cy + bh / 2)
@@ -455,12 +503,19 @@ class SsdDetector:
             else:
                 boxes = flat
         if boxes is None or scores is None:
-            raise EngineError(f"{self.spec.name} model outputs {[o.shape for o in outputs]} "
-                              f"do not match {n} anchors")
+            raise EngineError(
+                f"{self.spec.name} model outputs {[o.shape for o in outputs]} "
+                f"do not match {n} anchors"
+            )
         return boxes, scores
 
-    def _observation(self, score: float, box: tuple[float, float, float, float],
-                     points: list[tuple[float, float]], count: int) -> Observation:
+    def _observation(
+        self,
+        score: float,
+        box: tuple[float, float, float, float],
+        points: list[tuple[float, float]],
+        count: int,
+    ) -> Observation:
         kind = self.spec.name
         if kind == "hand":
             # palm key points: 0 wrist, 2 middle-finger knuckle; the palm centre is the box's.
@@ -480,7 +535,7 @@ class SsdDetector:
 # ---------------------------------------------------------------------------- descriptor
 _THUMB = 8
 _HIST_BINS = 4
-DESCRIPTOR_DIM = _THUMB * _THUMB + _HIST_BINS ** 3
+DESCRIPTOR_DIM = _THUMB * _THUMB + _HIST_BINS**3
 
 
 def frame_descriptor(rgb: np.ndarray) -> np.ndarray:
@@ -500,7 +555,7 @@ def frame_descriptor(rgb: np.ndarray) -> np.ndarray:
     small = cv2.resize(rgb, (64, 48), interpolation=cv2.INTER_AREA)
     q = (small >> 6).reshape(-1, 3).astype(np.int32)  # 4 bins per channel
     idx = (q[:, 0] * _HIST_BINS + q[:, 1]) * _HIST_BINS + q[:, 2]
-    hist = np.bincount(idx, minlength=_HIST_BINS ** 3).astype(np.float32)
+    hist = np.bincount(idx, minlength=_HIST_BINS**3).astype(np.float32)
     hist = np.sqrt(hist / hist.sum()) - np.float32(np.sqrt(1.0 / hist.size))
     parts = []
     for part in (thumb, hist):
@@ -560,12 +615,12 @@ class VisionEncoder(abc.ABC):
             change = float(np.clip(1.0 - cos, 0.0, 2.0))
         self._previous = descriptor
         timings["total"] = (time.perf_counter() - start) * 1e3
-        return VisionResult(int(stamp_ns), tuple(observations), embedding, code, change,
-                            timings)
+        return VisionResult(int(stamp_ns), tuple(observations), embedding, code, change, timings)
 
     @abc.abstractmethod
-    def _observe(self, rgb: np.ndarray, timings: dict[str, float]
-                 ) -> tuple[list[Observation], np.ndarray, np.ndarray]:
+    def _observe(
+        self, rgb: np.ndarray, timings: dict[str, float]
+    ) -> tuple[list[Observation], np.ndarray, np.ndarray]:
         """(observations, embedding, scene descriptor) for a checked frame; record stage
         times in ``timings`` (ms)."""
 
@@ -578,8 +633,9 @@ class DetectorVisionEncoder(VisionEncoder):
         super().__init__(DESCRIPTOR_DIM, lsh_seed)
         self.detectors = list(detectors)
 
-    def _observe(self, rgb: np.ndarray, timings: dict[str, float]
-                 ) -> tuple[list[Observation], np.ndarray, np.ndarray]:
+    def _observe(
+        self, rgb: np.ndarray, timings: dict[str, float]
+    ) -> tuple[list[Observation], np.ndarray, np.ndarray]:
         observations = []
         for det in self.detectors:
             t = time.perf_counter()
@@ -593,9 +649,12 @@ class DetectorVisionEncoder(VisionEncoder):
         return observations, descriptor, descriptor
 
 
-def make_default_encoder(kinds: Sequence[str] = ("face", "hand", "person"),
-                         thresholds: dict[str, float] | None = None,
-                         num_threads: int = 2, lsh_seed: int = 0) -> DetectorVisionEncoder:
+def make_default_encoder(
+    kinds: Sequence[str] = ("face", "hand", "person"),
+    thresholds: dict[str, float] | None = None,
+    num_threads: int = 2,
+    lsh_seed: int = 0,
+) -> DetectorVisionEncoder:
     """The default encoder from mediapipe's bundled detectors (CPU: they have no Edge TPU
     builds). ``kinds`` picks detectors from :data:`MEDIAPIPE_DETECTORS`; ``thresholds``
     overrides their score thresholds (0..1)."""
@@ -621,26 +680,34 @@ class ModelVisionEncoder(VisionEncoder):
     ``*_edgetpu.tflite`` sibling is used when ``accelerator`` allows it.
     """
 
-    def __init__(self, model_path: str | Path, accelerator: str = "auto",
-                 input_range: tuple[float, float] = (-1.0, 1.0), output_index: int = 0,
-                 num_threads: int = 2, lsh_seed: int = 0,
-                 probe: EdgeTpuProbe | None = None) -> None:
+    def __init__(
+        self,
+        model_path: str | Path,
+        accelerator: str = "auto",
+        input_range: tuple[float, float] = (-1.0, 1.0),
+        output_index: int = 0,
+        num_threads: int = 2,
+        lsh_seed: int = 0,
+        probe: EdgeTpuProbe | None = None,
+    ) -> None:
         self.model = TfliteModel(model_path, accelerator, num_threads, probe)
         shape = self.model.input_shape
         if len(shape) != 4 or shape[0] != 1 or shape[3] != 3:
             raise EngineError(f"{model_path}: expected a (1, H, W, 3) image input, got {shape}")
         outputs = self.model.output_shapes
         if not 0 <= output_index < len(outputs):
-            raise ConfigError(f"output_index must be in [0, {len(outputs) - 1}], "
-                              f"got {output_index}")
+            raise ConfigError(
+                f"output_index must be in [0, {len(outputs) - 1}], got {output_index}"
+            )
         self.output_index = output_index
         dim = int(np.prod(outputs[output_index]))
         super().__init__(dim, lsh_seed)
         lo, hi = input_range
         self._scale, self._offset = (hi - lo) / 255.0, lo
 
-    def _observe(self, rgb: np.ndarray, timings: dict[str, float]
-                 ) -> tuple[list[Observation], np.ndarray, np.ndarray]:
+    def _observe(
+        self, rgb: np.ndarray, timings: dict[str, float]
+    ) -> tuple[list[Observation], np.ndarray, np.ndarray]:
         t = time.perf_counter()
         _, h, w, _ = self.model.input_shape
         resized = cv2.resize(rgb, (w, h), interpolation=cv2.INTER_AREA)

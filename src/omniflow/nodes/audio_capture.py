@@ -16,23 +16,54 @@ from omniflow.ros.qos import SENSOR_DATA
 from omniflow.ros.run import run_node
 
 PARAMS = (
-    ParamSpec("source", "device", "Where audio comes from: a PortAudio input device or a "
-              "sound file (WAV/FLAC/OGG) paced in real time", choices=("device", "file")),
-    ParamSpec("device", "", "Input device by index or by (part of) its name; empty: the "
-              "system default. An unknown device is refused with the list of devices"),
+    ParamSpec(
+        "source",
+        "device",
+        "Where audio comes from: a PortAudio input device or a "
+        "sound file (WAV/FLAC/OGG) paced in real time",
+        choices=("device", "file"),
+    ),
+    ParamSpec(
+        "device",
+        "",
+        "Input device by index or by (part of) its name; empty: the "
+        "system default. An unknown device is refused with the list of devices",
+    ),
     ParamSpec("file.path", "", "Sound file to stream when source is 'file'"),
     ParamSpec("file.loop", False, "Start the file again at its end"),
-    ParamSpec("file.rate", 1.0, "Pacing of the file: 1.0 is real time, 2.0 twice as fast "
-              "(stamps stay in stream time, one block period apart)", minimum=0.1,
-              maximum=100.0),
-    ParamSpec("sample_rate", SAMPLE_RATE, "Sample rate of the published audio; files at another "
-              "rate are resampled", unit="Hz", minimum=8000, maximum=48000),
+    ParamSpec(
+        "file.rate",
+        1.0,
+        "Pacing of the file: 1.0 is real time, 2.0 twice as fast "
+        "(stamps stay in stream time, one block period apart)",
+        minimum=0.1,
+        maximum=100.0,
+    ),
+    ParamSpec(
+        "sample_rate",
+        SAMPLE_RATE,
+        "Sample rate of the published audio; files at another rate are resampled",
+        unit="Hz",
+        minimum=8000,
+        maximum=48000,
+    ),
     ParamSpec("channels", 1, "Channels of the published audio", minimum=1, maximum=8),
-    ParamSpec("chunk_ms", 40, "Duration of one published block; sample_rate * chunk_ms "
-              "must be a whole number of samples", unit="ms", minimum=10, maximum=500),
-    ParamSpec("queue_blocks", 50, "Blocks a device may hold while the node catches up; "
-              "beyond that the oldest are dropped and counted (devices only)", minimum=2,
-              maximum=1000),
+    ParamSpec(
+        "chunk_ms",
+        40,
+        "Duration of one published block; sample_rate * chunk_ms must be a whole number of samples",
+        unit="ms",
+        minimum=10,
+        maximum=500,
+    ),
+    ParamSpec(
+        "queue_blocks",
+        50,
+        "Blocks a device may hold while the node catches up; "
+        "beyond that the oldest are dropped and counted (devices only)",
+        minimum=2,
+        maximum=1000,
+    ),
 )
 
 
@@ -72,7 +103,8 @@ class AudioCaptureNode(DeviceNode):
             raise ConfigError(
                 f"sample_rate {self.params['sample_rate']} Hz x chunk_ms "
                 f"{self.params['chunk_ms']} is not a whole number of samples; choose a "
-                "chunk_ms that divides evenly (e.g. 40 ms at 16000 Hz = 640 samples)")
+                "chunk_ms that divides evenly (e.g. 40 ms at 16000 Hz = 640 samples)"
+            )
         return samples // 1000
 
     @property
@@ -83,10 +115,15 @@ class AudioCaptureNode(DeviceNode):
         params = self.params
         location = params["device"] if params["source"] == "device" else params["file.path"]
         source = open_audio_source(
-            params["source"], location, sample_rate=params["sample_rate"],
-            channels=params["channels"], block_frames=self.block_frames,
-            loop=params["file.loop"], queue_blocks=params["queue_blocks"],
-            warn=self.get_logger().warning)
+            params["source"],
+            location,
+            sample_rate=params["sample_rate"],
+            channels=params["channels"],
+            block_frames=self.block_frames,
+            loop=params["file.loop"],
+            queue_blocks=params["queue_blocks"],
+            warn=self.get_logger().warning,
+        )
         source.open()
         return source
 
@@ -121,9 +158,15 @@ class AudioCaptureNode(DeviceNode):
             self._origin_ns = stamp_ns
         sequence = sequence_at(stamp_ns, self._origin_ns, self.period_ns)
         self._account(sequence, block.overflow, block.dropped_blocks)
-        self._publisher.publish(conversions.audio_chunk(
-            block.samples, stamp_ns=stamp_ns, frame_id=self.frame_id,
-            sample_rate=source.sample_rate, sequence=max(sequence, 0)))
+        self._publisher.publish(
+            conversions.audio_chunk(
+                block.samples,
+                stamp_ns=stamp_ns,
+                frame_id=self.frame_id,
+                sample_rate=source.sample_rate,
+                sequence=max(sequence, 0),
+            )
+        )
         self.stats.published += 1
 
     def _account(self, sequence: int, overflow: bool, dropped: int) -> None:
@@ -132,20 +175,26 @@ class AudioCaptureNode(DeviceNode):
         if report.missing:
             self.stats.gaps += 1
             self.stats.missing += report.missing
-            logger.warning(f"gap in the audio stream: {report.missing} block(s) missing "
-                           f"before block {sequence}", throttle_duration_sec=5.0)
+            logger.warning(
+                f"gap in the audio stream: {report.missing} block(s) missing "
+                f"before block {sequence}",
+                throttle_duration_sec=5.0,
+            )
         if report.backwards:
             self.stats.restarts += 1
-            logger.warning(f"audio stream time went backwards (block {sequence}); "
-                           "restarting gap tracking", throttle_duration_sec=5.0)
+            logger.warning(
+                f"audio stream time went backwards (block {sequence}); restarting gap tracking",
+                throttle_duration_sec=5.0,
+            )
         if overflow:
             self.stats.overflows += 1
-            logger.warning("audio input overflow reported by the device",
-                           throttle_duration_sec=5.0)
+            logger.warning("audio input overflow reported by the device", throttle_duration_sec=5.0)
         if dropped:
             self.stats.dropped += dropped
-            logger.warning(f"{dropped} audio block(s) dropped: the node fell behind the "
-                           "device", throttle_duration_sec=5.0)
+            logger.warning(
+                f"{dropped} audio block(s) dropped: the node fell behind the device",
+                throttle_duration_sec=5.0,
+            )
 
 
 def main(args: list[str] | None = None) -> int:

@@ -20,27 +20,56 @@ from omniflow.ros.run import run_node
 ENCODINGS = ("rgb8", "bgr8", "mono8")
 
 PARAMS = (
-    ParamSpec("source", "device", "Where frames come from: a V4L2/OpenCV camera, a Raspberry "
-              "Pi camera through picamera2, a video file, or a folder of images",
-              choices=("device", "picamera2", "video", "folder")),
+    ParamSpec(
+        "source",
+        "device",
+        "Where frames come from: a V4L2/OpenCV camera, a Raspberry "
+        "Pi camera through picamera2, a video file, or a folder of images",
+        choices=("device", "picamera2", "video", "folder"),
+    ),
     ParamSpec("device", "0", "Camera for source 'device': a V4L2 index or a /dev/video path"),
     ParamSpec("path", "", "Video file or image folder for sources 'video' and 'folder'"),
     ParamSpec("loop", True, "Start a video or folder again at its end"),
-    ParamSpec("fps", 15.0, "Frames published per second (the power manager switches "
-              "30/15/10); files are paced at this rate", unit="frames/s", minimum=0.5,
-              maximum=60.0, live=True),
-    ParamSpec("encoding", "rgb8", "Encoding of the published image",
-              choices=ENCODINGS, live=True),
-    ParamSpec("width", 0, "Resize to this width before publishing; 0 keeps the source's "
-              "(or its aspect ratio when only height is set)",
-              unit="px", minimum=0, maximum=7680, live=True),
-    ParamSpec("height", 0, "Resize to this height before publishing; 0 keeps the source's "
-              "(or its aspect ratio when only width is set)",
-              unit="px", minimum=0, maximum=4320, live=True),
-    ParamSpec("compressed", False, "Also publish JPEG frames on image_raw/compressed",
-              live=True),
-    ParamSpec("jpeg_quality", 80, "JPEG quality of the compressed frames", minimum=1,
-              maximum=100, live=True),
+    ParamSpec(
+        "fps",
+        15.0,
+        "Frames published per second (the power manager switches "
+        "30/15/10); files are paced at this rate",
+        unit="frames/s",
+        minimum=0.5,
+        maximum=60.0,
+        live=True,
+    ),
+    ParamSpec("encoding", "rgb8", "Encoding of the published image", choices=ENCODINGS, live=True),
+    ParamSpec(
+        "width",
+        0,
+        "Resize to this width before publishing; 0 keeps the source's "
+        "(or its aspect ratio when only height is set)",
+        unit="px",
+        minimum=0,
+        maximum=7680,
+        live=True,
+    ),
+    ParamSpec(
+        "height",
+        0,
+        "Resize to this height before publishing; 0 keeps the source's "
+        "(or its aspect ratio when only width is set)",
+        unit="px",
+        minimum=0,
+        maximum=4320,
+        live=True,
+    ),
+    ParamSpec("compressed", False, "Also publish JPEG frames on image_raw/compressed", live=True),
+    ParamSpec(
+        "jpeg_quality",
+        80,
+        "JPEG quality of the compressed frames",
+        minimum=1,
+        maximum=100,
+        live=True,
+    ),
 )
 
 
@@ -91,15 +120,22 @@ class CameraNode(DeviceNode):
         params = self.params
         location = params["device"] if params["source"] == "device" else params["path"]
         source = open_frame_source(
-            params["source"], location, loop=params["loop"], width=params["width"],
-            height=params["height"], fps=params["fps"], warn=self.get_logger().warning)
+            params["source"],
+            location,
+            loop=params["loop"],
+            width=params["width"],
+            height=params["height"],
+            fps=params["fps"],
+            warn=self.get_logger().warning,
+        )
         source.open()
         return source
 
     def create_outputs(self) -> None:
         self._image_pub = self.create_lifecycle_publisher(Image, "image_raw", SENSOR_DATA)
         self._compressed_pub = self.create_lifecycle_publisher(
-            CompressedImage, "image_raw/compressed", SENSOR_DATA)
+            CompressedImage, "image_raw/compressed", SENSOR_DATA
+        )
 
     def destroy_outputs(self) -> None:
         self.destroy_lifecycle_publisher(self._image_pub)
@@ -123,8 +159,10 @@ class CameraNode(DeviceNode):
         if source.paced_by_device:
             frame = source.read()
             # A device may run faster than the requested rate: publish at most fps frames.
-            if (self._last_capture is not None
-                    and frame.capture_time - self._last_capture < 0.9 * self.period_s):
+            if (
+                self._last_capture is not None
+                and frame.capture_time - self._last_capture < 0.9 * self.period_s
+            ):
                 return
             self._last_capture = frame.capture_time
             stamp_ns = self.stamp_from_monotonic(frame.capture_time)
@@ -142,15 +180,19 @@ class CameraNode(DeviceNode):
         if size != (bgr.shape[1], bgr.shape[0]):
             bgr = cv2.resize(bgr, size, interpolation=cv2.INTER_AREA)
         pixels = image_codec.convert(bgr, "bgr8", params["encoding"])
-        self._image_pub.publish(conversions.image(
-            pixels, params["encoding"], stamp_ns=stamp_ns, frame_id=self.frame_id))
+        self._image_pub.publish(
+            conversions.image(pixels, params["encoding"], stamp_ns=stamp_ns, frame_id=self.frame_id)
+        )
         if params["compressed"]:
-            ok, jpeg = cv2.imencode(".jpg", bgr, [cv2.IMWRITE_JPEG_QUALITY,
-                                                  params["jpeg_quality"]])
+            ok, jpeg = cv2.imencode(".jpg", bgr, [cv2.IMWRITE_JPEG_QUALITY, params["jpeg_quality"]])
             if ok:
-                self._compressed_pub.publish(CompressedImage(
-                    header=conversions.header(stamp_ns, self.frame_id),
-                    format="bgr8; jpeg compressed bgr8", data=conversions.byte_array(jpeg)))
+                self._compressed_pub.publish(
+                    CompressedImage(
+                        header=conversions.header(stamp_ns, self.frame_id),
+                        format="bgr8; jpeg compressed bgr8",
+                        data=conversions.byte_array(jpeg),
+                    )
+                )
         self.stats.published += 1
 
 

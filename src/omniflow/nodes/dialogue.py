@@ -44,8 +44,13 @@ PARAMS = (
     *DIALOGUE_PARAMS,
     *TURN_PARAMS,
     *CONVERSE_PARAMS,
-    ParamSpec("speech_node", "speech", "The speech node (name, relative to this node's "
-              "namespace) whose ~/stop service silences playback on cancel", read_only=True),
+    ParamSpec(
+        "speech_node",
+        "speech",
+        "The speech node (name, relative to this node's "
+        "namespace) whose ~/stop service silences playback on cancel",
+        read_only=True,
+    ),
     AUTOSTART,
 )
 
@@ -102,26 +107,35 @@ class DialogueNode(LifecycleBase):
         self._lock = threading.RLock()  # the manager, the turns, the goals, the worker
         self._manager = DialogueManager.from_params(self.params)
         self._turns = TurnContext.from_params(self.params, self.now_ns())
-        self._worker = ModelWorker(self._lock, on_delta=self._on_delta, on_done=self._on_done,
-                                   on_warning=self._warn)
+        self._worker = ModelWorker(
+            self._lock, on_delta=self._on_delta, on_done=self._on_done, on_warning=self._warn
+        )
         self._active = False
         self._finals: dict[int, Transcript] = {}  # utterance id -> final transcript
         self._image_sub = None
         self._out = DialogueOutputs(self, self.params["speech_node"], inputs)
         for msg_type, topic, callback, qos in (
-                (VoiceActivity, "voice_activity", self._on_voice, EVENTS),
-                (Transcript, "transcript", self._on_transcript, EVENTS),
-                (Association, "associations", self._on_association, EVENTS),
-                (Scene, "scene", self._on_scene, EVENTS),
-                (SpeechState, "speech_state", self._on_speech, LATCHED),
-                (PowerState, "power_state", self._on_power, LATCHED)):
+            (VoiceActivity, "voice_activity", self._on_voice, EVENTS),
+            (Transcript, "transcript", self._on_transcript, EVENTS),
+            (Association, "associations", self._on_association, EVENTS),
+            (Scene, "scene", self._on_scene, EVENTS),
+            (SpeechState, "speech_state", self._on_speech, LATCHED),
+            (PowerState, "power_state", self._on_power, LATCHED),
+        ):
             self.create_subscription(msg_type, topic, callback, qos, callback_group=inputs)
-        self.create_timer(_TICK_S, lambda: self._feed(lambda m, now: m.tick(now)),
-                          callback_group=inputs)
-        self.create_timer(1.0 / self.params["proactive.rate_hz"], self._on_proactive,
-                          callback_group=inputs)
-        self._converse = ConverseServer(self, self._lock, manager=lambda: self._manager,
-                                        apply=self._apply, active=lambda: self._active)
+        self.create_timer(
+            _TICK_S, lambda: self._feed(lambda m, now: m.tick(now)), callback_group=inputs
+        )
+        self.create_timer(
+            1.0 / self.params["proactive.rate_hz"], self._on_proactive, callback_group=inputs
+        )
+        self._converse = ConverseServer(
+            self,
+            self._lock,
+            manager=lambda: self._manager,
+            apply=self._apply,
+            active=lambda: self._active,
+        )
         self._out.state(StateChanged(State.LISTENING, 0, "not active yet"))
         self.publish_status()
 
@@ -137,12 +151,12 @@ class DialogueNode(LifecycleBase):
             raise
         if sees_images(self.params):  # frames cost a copy each: only for a model that sees
             self._image_sub = self.create_subscription(
-                Image, "image_raw", self._on_image, SENSOR_DATA, callback_group=self._inputs)
+                Image, "image_raw", self._on_image, SENSOR_DATA, callback_group=self._inputs
+            )
         return loaded
 
     def activate(self) -> None:
-        self.start_worker(lambda: self._worker.run(self.stopping), "model",
-                          wake=self._worker.wake)
+        self.start_worker(lambda: self._worker.run(self.stopping), "model", wake=self._worker.wake)
         with self._lock:
             self._active = True
             self._manager = DialogueManager.from_params(self.params)
@@ -151,8 +165,7 @@ class DialogueNode(LifecycleBase):
     def deactivate(self) -> None:
         reason = "the dialogue node was deactivated"
         with self._lock:
-            self._apply(self._manager.cancel(reason, self._now(),
-                                             cause=CancelReason.DEACTIVATED))
+            self._apply(self._manager.cancel(reason, self._now(), cause=CancelReason.DEACTIVATED))
             self._active = False
             self._converse.end_all(reason)
         self.stop_workers()
@@ -197,8 +210,10 @@ class DialogueNode(LifecycleBase):
         elif msg.event == VoiceActivity.END:
             self._feed(lambda m, now: m.voice_end(uid, now))
         else:
-            self._warn(f"voice_activity with unknown event {msg.event} (stamp "
-                       f"{conversions.ns_from_time(msg.header.stamp)}) ignored")
+            self._warn(
+                f"voice_activity with unknown event {msg.event} (stamp "
+                f"{conversions.ns_from_time(msg.header.stamp)}) ignored"
+            )
 
     def _on_transcript(self, msg: Transcript) -> None:
         if msg.is_final:
@@ -213,8 +228,9 @@ class DialogueNode(LifecycleBase):
 
     def _on_scene(self, msg: Scene) -> None:
         with self._lock:
-            self._turns.add_scene(conversions.ns_from_time(msg.header.stamp),
-                                  msg.description, msg.person_present)
+            self._turns.add_scene(
+                conversions.ns_from_time(msg.header.stamp), msg.description, msg.person_present
+            )
 
     def _on_image(self, msg: Image) -> None:
         with self._lock:
@@ -232,11 +248,11 @@ class DialogueNode(LifecycleBase):
             if not self._active or not self.params["proactive.enabled"]:
                 return
             rule = self._turns.proactive(
-                self.now_ns(), listening=not (self._manager.busy or self._converse.busy))
+                self.now_ns(), listening=not (self._manager.busy or self._converse.busy)
+            )
             if rule is not None:
                 self.get_logger().info(f"proactive rule fired: {rule.text}")
-                self._apply(self._manager.prompt(f"({rule.instruction})", "proactive",
-                                                 self._now()))
+                self._apply(self._manager.prompt(f"({rule.instruction})", "proactive", self._now()))
 
     # ----------------------------------------------------------------- the manager's actions
     def _apply(self, actions: list[Action]) -> None:
@@ -253,16 +269,16 @@ class DialogueNode(LifecycleBase):
                     if action.stop_speech:
                         self._out.stop_speech()
                 case Warm():
-                    self._worker.warm(self._turns.warm_prompt(
-                        self.params["llm.system_prompt"], action.user_text))
+                    self._worker.warm(
+                        self._turns.warm_prompt(self.params["llm.system_prompt"], action.user_text)
+                    )
                 case UserSaid():
                     self._out.user_said(action, self._finals.get(action.utterance_id))
                 case TurnEnded():
                     self._worker.forget(action.turn_id)
                     self._turns.end_turn(action, self.now_ns(), self.params["history.max_turns"])
                     if action.outcome == "failed":
-                        self.get_logger().error(f"turn {action.turn_id} failed: "
-                                                f"{action.reason}")
+                        self.get_logger().error(f"turn {action.turn_id} failed: {action.reason}")
                     self._converse.turn_ended(action)
 
     def _start_turn(self, start: StartTurn) -> None:
@@ -270,12 +286,16 @@ class DialogueNode(LifecycleBase):
         final = self._finals.get(start.utterance_id)
         self._converse.turn_started(start, final or transcript_of(start.user_text, now_ns))
         prompt = self._turns.begin_turn(
-            start, self.params["llm.system_prompt"], now_ns,
+            start,
+            self.params["llm.system_prompt"],
+            now_ns,
             vision=self._converse.use_vision(start.turn_id, self.params["vision.enabled"]),
             max_age_ns=self.params["vision.max_age_ms"] * NS_PER_MS,
-            decode=self._decode if self._image_sub is not None else None)
-        self._worker.submit(start.turn_id, prompt,
-                            conversions.ns_from_time(final.end) if final else now_ns)
+            decode=self._decode if self._image_sub is not None else None,
+        )
+        self._worker.submit(
+            start.turn_id, prompt, conversions.ns_from_time(final.end) if final else now_ns
+        )
 
     def _decode(self, msg: Image):
         """An RGB array of a chosen frame; None (with a warning) when it does not decode."""
@@ -299,13 +319,18 @@ class DialogueNode(LifecycleBase):
     def summary(self) -> dict[str, object]:
         with self._lock:
             backend = self._worker.backend
-            return {"state": self.state_text, "dialogue": self._manager.state.name,
-                    "turn_id": self._manager.turn_id,
-                    "backend": backend.name if backend else "",
-                    "history_turns": len(self._turns.history),
-                    "proactive_rules": len(self._turns.policy.rules),
-                    "chunks": self._out.chunks, **vars(self.stats),
-                    **vars(self._worker.stats), **vars(self._converse.stats)}
+            return {
+                "state": self.state_text,
+                "dialogue": self._manager.state.name,
+                "turn_id": self._manager.turn_id,
+                "backend": backend.name if backend else "",
+                "history_turns": len(self._turns.history),
+                "proactive_rules": len(self._turns.policy.rules),
+                "chunks": self._out.chunks,
+                **vars(self.stats),
+                **vars(self._worker.stats),
+                **vars(self._converse.stats),
+            }
 
     def diagnosis(self) -> Diagnosis:
         values = self.summary()

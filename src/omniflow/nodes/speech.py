@@ -25,34 +25,97 @@ from omniflow.ros.qos import EVENTS, LATCHED, SENSOR_DATA
 from omniflow.ros.run import run_node
 
 PARAMS = (
-    ParamSpec("engine", "espeak-ng", "Text-to-speech engine (piper is GPL-3.0 and optional: "
-              "pip install -r requirements/piper.txt)", choices=("espeak-ng", "piper")),
+    ParamSpec(
+        "engine",
+        "espeak-ng",
+        "Text-to-speech engine (piper is GPL-3.0 and optional: "
+        "pip install -r requirements/piper.txt)",
+        choices=("espeak-ng", "piper"),
+    ),
     ParamSpec("voice", "en-us", "espeak-ng voice (espeak-ng --voices lists them)"),
-    ParamSpec("words_per_minute", 175, "Speaking rate of espeak-ng", unit="words/min",
-              minimum=80, maximum=450),
+    ParamSpec(
+        "words_per_minute",
+        175,
+        "Speaking rate of espeak-ng",
+        unit="words/min",
+        minimum=80,
+        maximum=450,
+    ),
     ParamSpec("piper.model_path", "", "Piper voice model (.onnx) when engine is 'piper'"),
-    ParamSpec("sink", "device", "Where speech goes: a PortAudio output device, a WAV file, "
-              "or nowhere (paced in real time, for machines without sound)",
-              choices=("device", "wav", "null")),
+    ParamSpec(
+        "sink",
+        "device",
+        "Where speech goes: a PortAudio output device, a WAV file, "
+        "or nowhere (paced in real time, for machines without sound)",
+        choices=("device", "wav", "null"),
+    ),
     ParamSpec("device", "", "Output device by index or (part of) its name; empty: default"),
     ParamSpec("wav.path", "", "WAV file written when sink is 'wav'"),
-    ParamSpec("sample_rate", SAMPLE_RATE, "Rate of the played (and published) audio; speech is "
-              "resampled to it", unit="Hz", minimum=8000, maximum=48000),
-    ParamSpec("block_ms", 20, "Output block: the most a stop can take to silence the "
-              "speaker", unit="ms", minimum=5, maximum=20),
-    ParamSpec("max_queue_ms", 2000, "Speech synthesised ahead of playback at most",
-              unit="ms", minimum=200, maximum=30000),
-    ParamSpec("chunker.first_min_words", 1, "The first phrase may go at a comma once it has "
-              "this many words (1: \"Sure,\" goes at once)", minimum=1, maximum=20, live=True),
-    ParamSpec("chunker.first_max_words", 6, "The first phrase goes after this many words "
-              "even without punctuation", minimum=1, maximum=50, live=True),
-    ParamSpec("chunker.first_max_wait_ms", 350, "The first phrase goes this long after the "
-              "first token with what is there", unit="ms", minimum=0, maximum=5000,
-              live=True),
-    ParamSpec("chunker.min_words", 4, "Later phrases split at a comma only when at least this "
-              "long", minimum=1, maximum=50, live=True),
-    ParamSpec("chunker.max_words", 25, "Longest phrase; longer ones split at a word",
-              minimum=2, maximum=200, live=True),
+    ParamSpec(
+        "sample_rate",
+        SAMPLE_RATE,
+        "Rate of the played (and published) audio; speech is resampled to it",
+        unit="Hz",
+        minimum=8000,
+        maximum=48000,
+    ),
+    ParamSpec(
+        "block_ms",
+        20,
+        "Output block: the most a stop can take to silence the speaker",
+        unit="ms",
+        minimum=5,
+        maximum=20,
+    ),
+    ParamSpec(
+        "max_queue_ms",
+        2000,
+        "Speech synthesised ahead of playback at most",
+        unit="ms",
+        minimum=200,
+        maximum=30000,
+    ),
+    ParamSpec(
+        "chunker.first_min_words",
+        1,
+        'The first phrase may go at a comma once it has this many words (1: "Sure," goes at once)',
+        minimum=1,
+        maximum=20,
+        live=True,
+    ),
+    ParamSpec(
+        "chunker.first_max_words",
+        6,
+        "The first phrase goes after this many words even without punctuation",
+        minimum=1,
+        maximum=50,
+        live=True,
+    ),
+    ParamSpec(
+        "chunker.first_max_wait_ms",
+        350,
+        "The first phrase goes this long after the first token with what is there",
+        unit="ms",
+        minimum=0,
+        maximum=5000,
+        live=True,
+    ),
+    ParamSpec(
+        "chunker.min_words",
+        4,
+        "Later phrases split at a comma only when at least this long",
+        minimum=1,
+        maximum=50,
+        live=True,
+    ),
+    ParamSpec(
+        "chunker.max_words",
+        25,
+        "Longest phrase; longer ones split at a word",
+        minimum=2,
+        maximum=200,
+        live=True,
+    ),
 )
 
 # How often the worker looks at the time budget when no text arrives.
@@ -63,11 +126,11 @@ _POLL_S = 0.02
 class SpeechStats(DeviceStats):
     """Counters of the speech node, for diagnostics."""
 
-    phrases: int = 0          # phrases synthesised and queued
-    turns: int = 0            # turns spoken to the end
-    stops: int = 0            # turns stopped (barge-in, cancel, a newer turn)
+    phrases: int = 0  # phrases synthesised and queued
+    turns: int = 0  # turns spoken to the end
+    stops: int = 0  # turns stopped (barge-in, cancel, a newer turn)
     skipped_phrases: int = 0  # phrases with nothing sayable
-    ignored_chunks: int = 0   # stale or repeated response chunks
+    ignored_chunks: int = 0  # stale or repeated response chunks
     first_audio_ms: float = float("nan")  # last turn: first token stamp -> first sample out
 
 
@@ -145,23 +208,34 @@ class SpeechNode(DeviceNode):
     # ----------------------------------------------------------------- device
     def _make_chunker(self) -> PhraseChunker:
         p = self.params
-        return PhraseChunker(first_min_words=p["chunker.first_min_words"],
-                             first_max_words=p["chunker.first_max_words"],
-                             first_max_wait_s=p["chunker.first_max_wait_ms"] / 1000,
-                             min_words=p["chunker.min_words"],
-                             max_words=p["chunker.max_words"])
+        return PhraseChunker(
+            first_min_words=p["chunker.first_min_words"],
+            first_max_words=p["chunker.first_max_words"],
+            first_max_wait_s=p["chunker.first_max_wait_ms"] / 1000,
+            min_words=p["chunker.min_words"],
+            max_words=p["chunker.max_words"],
+        )
 
     def open_device(self) -> SpeechOutput:
         p = self.params
         warn = self.get_logger().warning
-        engine = make_tts_engine(p["engine"], voice=p["voice"],
-                                 words_per_minute=p["words_per_minute"],
-                                 model_path=p["piper.model_path"], warn=warn)
+        engine = make_tts_engine(
+            p["engine"],
+            voice=p["voice"],
+            words_per_minute=p["words_per_minute"],
+            model_path=p["piper.model_path"],
+            warn=warn,
+        )
         location = p["device"] if p["sink"] == "device" else p["wav.path"]
         sink = open_audio_sink(
-            p["sink"], location, sample_rate=p["sample_rate"],
+            p["sink"],
+            location,
+            sample_rate=p["sample_rate"],
             block_frames=p["sample_rate"] * p["block_ms"] // 1000,
-            max_queue_s=p["max_queue_ms"] / 1000, on_played=self._on_played, warn=warn)
+            max_queue_s=p["max_queue_ms"] / 1000,
+            on_played=self._on_played,
+            warn=warn,
+        )
         output = SpeechOutput(engine, sink)
         try:
             output.open()
@@ -172,8 +246,7 @@ class SpeechNode(DeviceNode):
 
     def create_outputs(self) -> None:
         self._state_pub = self.create_lifecycle_publisher(SpeechState, "speech_state", LATCHED)
-        self._audio_pub = self.create_lifecycle_publisher(AudioChunk, "played_audio",
-                                                          SENSOR_DATA)
+        self._audio_pub = self.create_lifecycle_publisher(AudioChunk, "played_audio", SENSOR_DATA)
 
     def destroy_outputs(self) -> None:
         self.destroy_lifecycle_publisher(self._state_pub)
@@ -263,9 +336,11 @@ class SpeechNode(DeviceNode):
                 self._last_turn = chunk.turn_id
                 if chunk.index == 0:
                     self._first_token_ns[chunk.turn_id] = conversions.ns_from_time(
-                        chunk.header.stamp)
-                actions += self._planner.on_chunk(chunk.turn_id, chunk.index,
-                                                  chunk.text_delta, chunk.is_final, now_s)
+                        chunk.header.stamp
+                    )
+                actions += self._planner.on_chunk(
+                    chunk.turn_id, chunk.index, chunk.text_delta, chunk.is_final, now_s
+                )
             actions += self._planner.poll(now_s)
             counts = self._planner.counts
             self.stats.ignored_chunks = counts.stale_chunks + counts.duplicate_chunks
@@ -308,8 +383,9 @@ class SpeechNode(DeviceNode):
                     return
                 queued += len(chunk)
             if resampler is not None:
-                tail = float_to_int16(resampler.process(np.zeros((0, 1), np.float32),
-                                                        final=True))[:, 0]
+                tail = float_to_int16(resampler.process(np.zeros((0, 1), np.float32), final=True))[
+                    :, 0
+                ]
                 if not self._queue(sink, tail, action, generation):
                     return
                 queued += len(tail)
@@ -320,8 +396,7 @@ class SpeechNode(DeviceNode):
         else:  # the engine said why
             self.stats.skipped_phrases += 1
 
-    def _queue(self, sink: AudioSink, samples: np.ndarray, action: Speak,
-               generation: int) -> bool:
+    def _queue(self, sink: AudioSink, samples: np.ndarray, action: Speak, generation: int) -> bool:
         """Hand samples to the sink (waiting for room); False when a stop came meanwhile."""
         offset = 0
         while offset < len(samples):
@@ -346,8 +421,7 @@ class SpeechNode(DeviceNode):
 
     def _account_queued(self, action: Speak, frames: int) -> None:
         last = self._segments[-1] if self._segments else None
-        if last and (last.turn_id, last.phrase_index) == (action.turn_id,
-                                                          action.phrase.index):
+        if last and (last.turn_id, last.phrase_index) == (action.turn_id, action.phrase.index):
             last.frames += frames
         else:
             self._segments.append(_Segment(action.turn_id, action.phrase.index, frames))
@@ -396,9 +470,15 @@ class SpeechNode(DeviceNode):
             self._played_sequence += 1
         publisher, output = self._audio_pub, self.device
         if publisher is not None and output is not None:
-            publisher.publish(conversions.audio_chunk(
-                samples, stamp_ns=stamp_ns, frame_id=self.frame_id,
-                sample_rate=output.sink.sample_rate, sequence=sequence))
+            publisher.publish(
+                conversions.audio_chunk(
+                    samples,
+                    stamp_ns=stamp_ns,
+                    frame_id=self.frame_id,
+                    sample_rate=output.sink.sample_rate,
+                    sequence=sequence,
+                )
+            )
         if changed is not None:
             self._publish_state(changed)
         if finished is not None:
@@ -409,9 +489,14 @@ class SpeechNode(DeviceNode):
         if publisher is None:
             return
         turn_id, phrase_index = speaking if speaking is not None else (self._last_turn, 0)
-        publisher.publish(SpeechState(
-            header=conversions.header(self.now_ns(), self.frame_id),
-            speaking=speaking is not None, turn_id=turn_id, phrase_index=phrase_index))
+        publisher.publish(
+            SpeechState(
+                header=conversions.header(self.now_ns(), self.frame_id),
+                speaking=speaking is not None,
+                turn_id=turn_id,
+                phrase_index=phrase_index,
+            )
+        )
 
 
 def main(args: list[str] | None = None) -> int:

@@ -20,8 +20,11 @@ from omniflow.errors import BagError
 from omniflow.graph import CLOCK_TOPIC, EVENTS, LATCHED, SENSOR_DATA, TOPICS, graph_topic_name
 from omniflow.ros import qos as qos_profiles
 
-_QOS = {SENSOR_DATA: qos_profiles.SENSOR_DATA, LATCHED: qos_profiles.LATCHED,
-        EVENTS: qos_profiles.EVENTS}
+_QOS = {
+    SENSOR_DATA: qos_profiles.SENSOR_DATA,
+    LATCHED: qos_profiles.LATCHED,
+    EVENTS: qos_profiles.EVENTS,
+}
 # Recorded sensor streams keep a deeper queue than a live consumer: the writer may pause.
 _RECORD_DEPTH = 100
 # How often the recorder looks for topics that appeared since it started (s).
@@ -34,8 +37,12 @@ def qos_for(relative_name: str, *, recording: bool = False) -> QoSProfile:
     kind = next((spec.qos for spec in TOPICS if spec.name == name), EVENTS)
     profile = _QOS[kind]
     if recording and kind != LATCHED:
-        profile = QoSProfile(history=profile.history, depth=max(profile.depth, _RECORD_DEPTH),
-                             reliability=profile.reliability, durability=profile.durability)
+        profile = QoSProfile(
+            history=profile.history,
+            depth=max(profile.depth, _RECORD_DEPTH),
+            reliability=profile.reliability,
+            durability=profile.durability,
+        )
     return profile
 
 
@@ -54,9 +61,14 @@ class Recorder:
     In the bag, topics keep the names they have relative to the namespace.
     """
 
-    def __init__(self, node: Node, writer: BagWriter, topics: Iterable[str],
-                 namespace: str = "",
-                 on_message: Callable[[str, str, int, bytes], None] | None = None) -> None:
+    def __init__(
+        self,
+        node: Node,
+        writer: BagWriter,
+        topics: Iterable[str],
+        namespace: str = "",
+        on_message: Callable[[str, str, int, bytes], None] | None = None,
+    ) -> None:
         self._node = node
         self._on_message = on_message
         self._types: dict[str, str] = {}
@@ -65,7 +77,7 @@ class Recorder:
         self._wanted = set(topics)
         self._lock = threading.Lock()
         self._subscriptions: dict[str, object] = {}
-        self.skipped: dict[str, str] = {}   # topic -> why it is not recorded
+        self.skipped: dict[str, str] = {}  # topic -> why it is not recorded
         self.closed = False
         self._discover()
         self._timer = node.create_timer(_DISCOVERY_PERIOD_S, self._discover)
@@ -90,8 +102,12 @@ class Recorder:
             self._writer.add_topic(name, msgtype)
             self._types[name] = msgtype
             self._subscriptions[name] = self._node.create_subscription(
-                message_class(msgtype), full, self._callback(name),
-                qos_for(name, recording=True), raw=True)
+                message_class(msgtype),
+                full,
+                self._callback(name),
+                qos_for(name, recording=True),
+                raw=True,
+            )
             self._node.get_logger().info(f"recording {full} ({msgtype})")
 
     def _callback(self, name: str) -> Callable[[bytes], None]:
@@ -103,6 +119,7 @@ class Recorder:
                 self._writer.write(name, stamp, raw)
             if self._on_message is not None:
                 self._on_message(name, self._types[name], stamp, raw)
+
         return on_message
 
     def close(self) -> dict[str, int]:
@@ -135,9 +152,18 @@ class Player:
     nothing is lost to discovery. Topics of unknown types are skipped and reported.
     """
 
-    def __init__(self, node: Node, reader: BagReader, *, topics: Iterable[str] | None = None,
-                 namespace: str = "", rate: float = 1.0, clock: bool = False,
-                 clock_period_s: float = 0.01, remap: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        node: Node,
+        reader: BagReader,
+        *,
+        topics: Iterable[str] | None = None,
+        namespace: str = "",
+        rate: float = 1.0,
+        clock: bool = False,
+        clock_period_s: float = 0.01,
+        remap: Mapping[str, str] | None = None,
+    ) -> None:
         if not rate > 0:
             raise BagError(f"rate must be positive, got {rate}")
         from rosgraph_msgs.msg import Clock
@@ -163,11 +189,13 @@ class Player:
                 continue
             target = (remap or {}).get(name, name)
             self._publishers[name] = node.create_publisher(
-                cls, _absolute(target, namespace), qos_for(name))
+                cls, _absolute(target, namespace), qos_for(name)
+            )
             self.stats.published[name] = 0
         if not self._publishers:
-            raise BagError(f"nothing to play from {reader.path}: "
-                           f"{self.stats.skipped_topics or 'no topics'}")
+            raise BagError(
+                f"nothing to play from {reader.path}: {self.stats.skipped_topics or 'no topics'}"
+            )
         self._clock_pub = node.create_publisher(Clock, CLOCK_TOPIC, 10) if clock else None
         self._clock_cls = Clock
 
@@ -175,8 +203,9 @@ class Player:
     def topics(self) -> list[str]:
         return sorted(self._publishers)
 
-    def wait_for_subscribers(self, timeout_s: float,
-                             topics: Iterable[str] | None = None) -> list[str]:
+    def wait_for_subscribers(
+        self, timeout_s: float, topics: Iterable[str] | None = None
+    ) -> list[str]:
         """Wait until the topics have a subscriber; returns those still without one."""
         names = list(self._publishers) if topics is None else list(topics)
         deadline = time.monotonic() + timeout_s
@@ -193,10 +222,17 @@ class Player:
             msg.clock.sec, msg.clock.nanosec = sec, nanosec
             self._clock_pub.publish(msg)
 
-    def play(self, *, loop: bool = False, stop: threading.Event | None = None,
-             progress: Callable[[int, int], None] | None = None, tail_s: float = 0.0,
-             preroll_s: float = 0.0, until: Callable[[], bool] | None = None,
-             until_max_s: float = 0.0) -> PlayStats:
+    def play(
+        self,
+        *,
+        loop: bool = False,
+        stop: threading.Event | None = None,
+        progress: Callable[[int, int], None] | None = None,
+        tail_s: float = 0.0,
+        preroll_s: float = 0.0,
+        until: Callable[[], bool] | None = None,
+        until_max_s: float = 0.0,
+    ) -> PlayStats:
         """Play once (or until ``stop`` when looping); ``progress(done_ns, total_ns)`` is called
         about every second. ``preroll_s``: publish /clock at the first message's time this long
         (wall) before playing, so nodes on sim time have a clock when the first message comes;
@@ -231,8 +267,14 @@ class Player:
             self._run_clock(end_ns, end_ns + int(until_max_s * self._rate * NS_PER_S), stop, until)
         return self.stats
 
-    def _play_once(self, first: int, last: int, offset_ns: int, stop: threading.Event,
-                   progress: Callable[[int, int], None] | None) -> None:
+    def _play_once(
+        self,
+        first: int,
+        last: int,
+        offset_ns: int,
+        stop: threading.Event,
+        progress: Callable[[int, int], None] | None,
+    ) -> None:
         start_wall = time.monotonic_ns()
         next_progress = 0.0
         self._publish_clock(first + offset_ns)
@@ -247,8 +289,9 @@ class Player:
         if progress is not None:
             progress(last - first, last - first)
 
-    def _wait_until(self, stamp_ns: int, first: int, offset_ns: int, start_wall: int,
-                    stop: threading.Event) -> None:
+    def _wait_until(
+        self, stamp_ns: int, first: int, offset_ns: int, start_wall: int, stop: threading.Event
+    ) -> None:
         due_wall = start_wall + (stamp_ns - first) / self._rate
         while True:
             now = time.monotonic_ns()
@@ -269,8 +312,13 @@ class Player:
         self._publishers[message.topic].publish(message.raw)
         self.stats.published[message.topic] += 1
 
-    def _run_clock(self, begin_ns: int, end_ns: int, stop: threading.Event,
-                   until: Callable[[], bool] | None = None) -> None:
+    def _run_clock(
+        self,
+        begin_ns: int,
+        end_ns: int,
+        stop: threading.Event,
+        until: Callable[[], bool] | None = None,
+    ) -> None:
         start_wall = time.monotonic_ns()
         while not stop.is_set():
             stamp = begin_ns + int((time.monotonic_ns() - start_wall) * self._rate)

@@ -45,8 +45,15 @@ from omniflow.ros.lifecycle import LifecycleBase
 __all__ = ["CONVERSE_PARAMS", "ConverseServer", "ConverseStats"]
 
 CONVERSE_PARAMS = (
-    ParamSpec("converse.timeout_s", 60.0, "Converse goals with timeout_s 0 fail after this "
-              "long", unit="s", minimum=1.0, maximum=3600.0, live=True),
+    ParamSpec(
+        "converse.timeout_s",
+        60.0,
+        "Converse goals with timeout_s 0 fail after this long",
+        unit="s",
+        minimum=1.0,
+        maximum=3600.0,
+        live=True,
+    ),
 )
 
 # How often a waiting goal looks for its cancel request and its deadline.
@@ -93,23 +100,34 @@ class ConverseServer:
         active: whether the node takes turns now.
     """
 
-    def __init__(self, node: LifecycleBase, lock: threading.RLock, *,
-                 manager: Callable[[], DialogueManager],
-                 apply: Callable[[list[Action]], None], active: Callable[[], bool],
-                 name: str = "converse") -> None:
+    def __init__(
+        self,
+        node: LifecycleBase,
+        lock: threading.RLock,
+        *,
+        manager: Callable[[], DialogueManager],
+        apply: Callable[[list[Action]], None],
+        active: Callable[[], bool],
+        name: str = "converse",
+    ) -> None:
         self._node = node
         self._lock = lock
         self._manager = manager
         self._apply = apply
         self._active = active
         self.stats = ConverseStats()
-        self._goals: dict[int, _GoalWait] = {}   # turn id -> goal
-        self._listeners: list[_GoalWait] = []    # MODE_LISTEN goals waiting for a turn
+        self._goals: dict[int, _GoalWait] = {}  # turn id -> goal
+        self._listeners: list[_GoalWait] = []  # MODE_LISTEN goals waiting for a turn
         self._starting: _GoalWait | None = None  # the MODE_PROMPT goal whose turn starts
         self._server = ActionServer(
-            node, Converse, name, execute_callback=self._execute,
-            goal_callback=self._on_goal, cancel_callback=lambda _: CancelResponse.ACCEPT,
-            callback_group=ReentrantCallbackGroup())
+            node,
+            Converse,
+            name,
+            execute_callback=self._execute,
+            goal_callback=self._on_goal,
+            cancel_callback=lambda _: CancelResponse.ACCEPT,
+            callback_group=ReentrantCallbackGroup(),
+        )
 
     # ----------------------------------------------------------------- the node's side
     @property
@@ -140,8 +158,9 @@ class ConverseServer:
         if goal is None:
             return
         goal.response += delta
-        goal.goal_handle.publish_feedback(Converse.Feedback(
-            turn_id=turn_id, text_delta=delta, partial_response=goal.response))
+        goal.goal_handle.publish_feedback(
+            Converse.Feedback(turn_id=turn_id, text_delta=delta, partial_response=goal.response)
+        )
 
     def turn_ended(self, ended: TurnEnded) -> None:
         goal = self._goals.pop(ended.turn_id, None)
@@ -167,7 +186,8 @@ class ConverseServer:
                 self.stats.goals_rejected += 1
                 self._node.get_logger().warning(
                     f"converse goal rejected: busy ({manager.state.name.lower()}); set "
-                    "preempt to interrupt the current turn")
+                    "preempt to interrupt the current turn"
+                )
                 return GoalResponse.REJECT
             self.stats.goals_accepted += 1
             return GoalResponse.ACCEPT
@@ -175,8 +195,9 @@ class ConverseServer:
     def _execute(self, goal_handle) -> Converse.Result:
         request = goal_handle.request
         wait = _GoalWait(goal_handle)
-        timeout_s = request.timeout_s if request.timeout_s > 0 else \
-            self._node.params["converse.timeout_s"]
+        timeout_s = (
+            request.timeout_s if request.timeout_s > 0 else self._node.params["converse.timeout_s"]
+        )
         error = self._begin(request, wait)
         if error:
             return self._finish(wait, error)
@@ -203,17 +224,23 @@ class ConverseServer:
             manager = self._manager()
             if request.mode == Converse.Goal.MODE_LISTEN:
                 if request.preempt:
-                    self._apply(manager.cancel("preempted by a listen goal", self._now(),
-                                               cause=CancelReason.PREEMPTED))
+                    self._apply(
+                        manager.cancel(
+                            "preempted by a listen goal", self._now(), cause=CancelReason.PREEMPTED
+                        )
+                    )
                 self._listeners.append(wait)
                 return ""
             if request.mode != Converse.Goal.MODE_PROMPT:
-                return (f"unknown mode {request.mode}; use MODE_PROMPT "
-                        f"({Converse.Goal.MODE_PROMPT}) or MODE_LISTEN "
-                        f"({Converse.Goal.MODE_LISTEN})")
+                return (
+                    f"unknown mode {request.mode}; use MODE_PROMPT "
+                    f"({Converse.Goal.MODE_PROMPT}) or MODE_LISTEN "
+                    f"({Converse.Goal.MODE_LISTEN})"
+                )
             try:
-                actions = manager.prompt(request.prompt, "goal", self._now(),
-                                         preempt=request.preempt)
+                actions = manager.prompt(
+                    request.prompt, "goal", self._now(), preempt=request.preempt
+                )
             except ValueError:
                 return "the goal's prompt is empty: give a prompt, or use MODE_LISTEN"
             except Busy as err:
@@ -239,8 +266,9 @@ class ConverseServer:
 
     @staticmethod
     def _finish(wait: _GoalWait, error: str, *, canceled: bool = False) -> Converse.Result:
-        result = Converse.Result(success=not error, error=error, response=wait.response,
-                                 turn_id=wait.turn_id)
+        result = Converse.Result(
+            success=not error, error=error, response=wait.response, turn_id=wait.turn_id
+        )
         if wait.transcript is not None:
             result.transcript = wait.transcript
         if canceled:

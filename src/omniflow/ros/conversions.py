@@ -43,13 +43,20 @@ def byte_array(data: object) -> array.array:
     return buffer
 
 
-def audio_chunk(samples: np.ndarray, *, stamp_ns: int, frame_id: str, sample_rate: int,
-                sequence: int) -> AudioChunk:
+def audio_chunk(
+    samples: np.ndarray, *, stamp_ns: int, frame_id: str, sample_rate: int, sequence: int
+) -> AudioChunk:
     """An AudioChunk from samples of shape (frames,) or (frames, channels)."""
     fmt, data = audio_format.encode(samples)
     channels = 1 if samples.ndim == 1 else samples.shape[1]
-    return AudioChunk(header=header(stamp_ns, frame_id), sample_rate=sample_rate,
-                      channels=channels, format=fmt, sequence=sequence, data=byte_array(data))
+    return AudioChunk(
+        header=header(stamp_ns, frame_id),
+        sample_rate=sample_rate,
+        channels=channels,
+        format=fmt,
+        sequence=sequence,
+        data=byte_array(data),
+    )
 
 
 def audio_samples(msg: AudioChunk) -> np.ndarray:
@@ -60,12 +67,19 @@ def audio_samples(msg: AudioChunk) -> np.ndarray:
 def image(pixels: np.ndarray, encoding: str, *, stamp_ns: int, frame_id: str) -> Image:
     """A sensor_msgs/Image from an (H, W) or (H, W, C) array in ``encoding``."""
     encoded = image_codec.encode(pixels, encoding)
-    return Image(header=header(stamp_ns, frame_id), height=encoded.height, width=encoded.width,
-                 encoding=encoded.encoding, is_bigendian=int(encoded.is_bigendian),
-                 step=encoded.step, data=byte_array(encoded.data))
+    return Image(
+        header=header(stamp_ns, frame_id),
+        height=encoded.height,
+        width=encoded.width,
+        encoding=encoded.encoding,
+        is_bigendian=int(encoded.is_bigendian),
+        step=encoded.step,
+        data=byte_array(encoded.data),
+    )
 
 
 def image_pixels(msg: Image) -> np.ndarray:
     """The pixels of a sensor_msgs/Image; ImageFormatError if its fields disagree."""
-    return image_codec.decode(msg.height, msg.width, msg.encoding, bool(msg.is_bigendian),
-                              msg.step, msg.data)
+    return image_codec.decode(
+        msg.height, msg.width, msg.encoding, bool(msg.is_bigendian), msg.step, msg.data
+    )

@@ -23,8 +23,15 @@ from omniflow.ros.lifecycle import AUTOSTART, Diagnosis, LifecycleBase
 COMMON_PARAMS = (
     AUTOSTART,
     ParamSpec("frame_id", "", "frame_id written in the headers (empty: the node's default)"),
-    ParamSpec("diagnostics_period", 1.0, "Period of the /diagnostics status", unit="s",
-              minimum=0.1, maximum=60.0, read_only=True),
+    ParamSpec(
+        "diagnostics_period",
+        1.0,
+        "Period of the /diagnostics status",
+        unit="s",
+        minimum=0.1,
+        maximum=60.0,
+        read_only=True,
+    ),
 )
 
 # Failures of a device that a re-open may cure.
@@ -132,14 +139,12 @@ class DeviceNode(LifecycleBase):
             except DEVICE_ERRORS as err:
                 self.stats.errors += 1
                 self.stats.error = str(err)
-                logger.error(f"{err}; re-opening in {_RETRY_S} s",
-                             throttle_duration_sec=10.0)
+                logger.error(f"{err}; re-opening in {_RETRY_S} s", throttle_duration_sec=10.0)
                 self._reopen()
             except Exception as err:  # noqa: BLE001 - keep working; report what failed
                 self.stats.errors += 1
                 self.stats.error = f"{type(err).__name__}: {err}"
-                logger.error(f"worker step failed: {self.stats.error}",
-                             throttle_duration_sec=10.0)
+                logger.error(f"worker step failed: {self.stats.error}", throttle_duration_sec=10.0)
                 self.stopping.wait(_RETRY_S)
 
     def _reopen(self) -> None:
@@ -155,12 +160,17 @@ class DeviceNode(LifecycleBase):
 
     # ----------------------------------------------------------------- reporting
     def summary(self) -> dict[str, object]:
-        return {"state": self.state_text, "status": self.stats.status,
-                "error": self.stats.error, **dict(self.stats.values())}
+        return {
+            "state": self.state_text,
+            "status": self.stats.status,
+            "error": self.stats.error,
+            **dict(self.stats.values()),
+        }
 
     def diagnosis(self) -> Diagnosis:
-        return Diagnosis(self.stats.level, self.stats.message, self.hardware_id(),
-                         dict(self.stats.values()))
+        return Diagnosis(
+            self.stats.level, self.stats.message, self.hardware_id(), dict(self.stats.values())
+        )
 
     def hardware_id(self) -> str:
         """What the device is, for diagnostics."""

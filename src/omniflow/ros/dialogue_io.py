@@ -17,8 +17,14 @@ __all__ = ["DialogueOutputs", "chosen_tokens", "transcript_of", "user_said"]
 def transcript_of(text: str, stamp_ns: int) -> Transcript:
     """A final transcript of text that was not spoken (a goal's prompt), stamped now."""
     stamp = conversions.time_from_ns(stamp_ns)
-    return Transcript(header=conversions.header(stamp_ns, ""), text=text, start=stamp,
-                      end=stamp, confidence=float("nan"), is_final=True)
+    return Transcript(
+        header=conversions.header(stamp_ns, ""),
+        text=text,
+        start=stamp,
+        end=stamp,
+        confidence=float("nan"),
+        is_final=True,
+    )
 
 
 def user_said(said: UserSaid, final: Transcript | None, stamp_ns: int) -> Transcript:
@@ -28,15 +34,23 @@ def user_said(said: UserSaid, final: Transcript | None, stamp_ns: int) -> Transc
         msg = transcript_of(said.text, stamp_ns)
         msg.utterance_id = said.utterance_id
         return msg
-    return Transcript(header=final.header, utterance_id=final.utterance_id, start=final.start,
-                      end=final.end, text=said.text, confidence=final.confidence,
-                      is_final=True, words=final.words)
+    return Transcript(
+        header=final.header,
+        utterance_id=final.utterance_id,
+        start=final.start,
+        end=final.end,
+        text=said.text,
+        confidence=final.confidence,
+        is_final=True,
+        words=final.words,
+    )
 
 
 def chosen_tokens(msg: Association) -> tuple[int, list[tuple[int, str]]]:
     """The association's trigger stamp and (stamp, summary) of each token it chose."""
     return conversions.ns_from_time(msg.trigger.stamp), [
-        (conversions.ns_from_time(c.stamp), c.summary) for c in msg.candidates if c.chosen]
+        (conversions.ns_from_time(c.stamp), c.summary) for c in msg.candidates if c.chosen
+    ]
 
 
 class DialogueOutputs:
@@ -49,24 +63,38 @@ class DialogueOutputs:
         self._response = node.create_publisher(ResponseChunk, "response", EVENTS)
         self._state = node.create_publisher(DialogueState, "dialogue_state", LATCHED)
         self._user_said = node.create_publisher(Transcript, "user_said", EVENTS)
-        self._stop = node.create_client(Trigger, f"{speech_node}/stop",
-                                        callback_group=callback_group)
+        self._stop = node.create_client(
+            Trigger, f"{speech_node}/stop", callback_group=callback_group
+        )
 
     def _now_ns(self) -> int:
         return self._node.get_clock().now().nanoseconds
 
-    def chunk(self, turn_id: int, index: int, text: str, final: bool, *,
-              turn_start_ns: int) -> None:
+    def chunk(
+        self, turn_id: int, index: int, text: str, final: bool, *, turn_start_ns: int
+    ) -> None:
         """One piece of an answer (``final``: the empty piece after the last one)."""
         self.chunks += 1
-        self._response.publish(ResponseChunk(
-            header=conversions.header(self._now_ns(), ""), turn_id=turn_id, index=index,
-            text_delta=text, is_final=final, turn_start=conversions.time_from_ns(turn_start_ns)))
+        self._response.publish(
+            ResponseChunk(
+                header=conversions.header(self._now_ns(), ""),
+                turn_id=turn_id,
+                index=index,
+                text_delta=text,
+                is_final=final,
+                turn_start=conversions.time_from_ns(turn_start_ns),
+            )
+        )
 
     def state(self, change: StateChanged) -> None:
-        self._state.publish(DialogueState(
-            header=conversions.header(self._now_ns(), ""), state=int(change.state),
-            turn_id=change.turn_id, reason=change.reason))
+        self._state.publish(
+            DialogueState(
+                header=conversions.header(self._now_ns(), ""),
+                state=int(change.state),
+                turn_id=change.turn_id,
+                reason=change.reason,
+            )
+        )
 
     def user_said(self, said: UserSaid, final: Transcript | None) -> None:
         self._user_said.publish(user_said(said, final, self._now_ns()))

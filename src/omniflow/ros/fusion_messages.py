@@ -68,13 +68,14 @@ def stamp_problem(stamp_ns: int, now_ns: int, max_future_ns: int) -> str | None:
         return "header.stamp is zero (no capture time)"
     ahead = stamp_ns - now_ns
     if ahead > max_future_ns:
-        return (f"header.stamp is {ahead / NS_PER_MS:.0f} ms ahead of the node clock "
-                f"(at most {max_future_ns // NS_PER_MS} ms allowed)")
+        return (
+            f"header.stamp is {ahead / NS_PER_MS:.0f} ms ahead of the node clock "
+            f"(at most {max_future_ns // NS_PER_MS} ms allowed)"
+        )
     return None
 
 
-def check_audio(msg: AudioChunk, any_rate: bool = False
-                ) -> tuple[str | None, np.ndarray | None]:
+def check_audio(msg: AudioChunk, any_rate: bool = False) -> tuple[str | None, np.ndarray | None]:
     """(problem, None) or (None, 1-D int16 samples) for one chunk: at 16 kHz unless
     ``any_rate`` (then at ``msg.sample_rate``, which must be positive)."""
     if any_rate and msg.sample_rate <= 0:
@@ -101,8 +102,7 @@ def check_image(msg: Image) -> tuple[str | None, np.ndarray | None]:
     if msg.width == 0 or msg.height == 0:
         return f"zero size ({msg.width}x{msg.height})", None
     if msg.encoding not in IMAGE_ENCODINGS:
-        return (f"unknown encoding {msg.encoding!r}; allowed: {', '.join(IMAGE_ENCODINGS)}",
-                None)
+        return (f"unknown encoding {msg.encoding!r}; allowed: {', '.join(IMAGE_ENCODINGS)}", None)
     try:
         pixels = image_pixels(msg)
         return None, image_codec.convert(np.asarray(pixels), msg.encoding, "rgb8")
@@ -115,21 +115,29 @@ class InputChecker:
     rejection in ``stats`` (under ``lock``) and logs why, at most once per ``throttle_s``
     for each kind of problem (numbers aside), so a flood of one never hides another."""
 
-    _COUNTERS = {"audio": "rejected_audio", "played": "rejected_played",
-                 "image": "rejected_images"}
+    _COUNTERS = {"audio": "rejected_audio", "played": "rejected_played", "image": "rejected_images"}
     _WHAT = {"audio": "audio chunk", "played": "played_audio block", "image": "image"}
 
-    def __init__(self, stats: FusionStats, lock: threading.Lock, now_ns: Callable[[], int],
-                 max_future_ns: int, warn: Callable[[str], None],
-                 throttle_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        stats: FusionStats,
+        lock: threading.Lock,
+        now_ns: Callable[[], int],
+        max_future_ns: int,
+        warn: Callable[[str], None],
+        throttle_s: float = 5.0,
+    ) -> None:
         self.stats, self._lock, self._now_ns = stats, lock, now_ns
         self.max_future_ns = max_future_ns
         self._warn = warn
         self._throttle = KindThrottle(throttle_s)
 
-    def __call__(self, kind: str, msg: AudioChunk | Image,
-                 check: Callable[[object], tuple[str | None, object]]
-                 ) -> tuple[int, np.ndarray] | None:
+    def __call__(
+        self,
+        kind: str,
+        msg: AudioChunk | Image,
+        check: Callable[[object], tuple[str | None, object]],
+    ) -> tuple[int, np.ndarray] | None:
         """(stamp ns, checked value) of a message that passes; None once counted."""
         stamp_ns = ns_from_time(msg.header.stamp)
         problem = stamp_problem(stamp_ns, self._now_ns(), self.max_future_ns)
@@ -149,24 +157,41 @@ class InputChecker:
 
 
 def voice_activity_msg(event: VoiceActivityEvent) -> VoiceActivity:
-    return VoiceActivity(header=header(event.stamp_ns, "microphone"), event=int(event.kind),
-                         utterance_id=event.utterance_id, start=time_from_ns(event.start_ns),
-                         speech_s=event.speech_s, echo_score=event.echo_score)
+    return VoiceActivity(
+        header=header(event.stamp_ns, "microphone"),
+        event=int(event.kind),
+        utterance_id=event.utterance_id,
+        start=time_from_ns(event.start_ns),
+        speech_s=event.speech_s,
+        echo_score=event.echo_score,
+    )
 
 
 def transcript_msg(event: TranscriptEvent) -> Transcript:
-    words = [TranscriptWord(word=w, start=time_from_ns(s), end=time_from_ns(e),
-                            confidence=float("nan")) for w, s, e in event.words]
-    return Transcript(header=header(event.stamp_ns, "microphone"),
-                      utterance_id=event.utterance_id, start=time_from_ns(event.start_ns),
-                      end=time_from_ns(event.end_ns), text=event.text,
-                      confidence=event.confidence, is_final=event.final, words=words)
+    words = [
+        TranscriptWord(word=w, start=time_from_ns(s), end=time_from_ns(e), confidence=float("nan"))
+        for w, s, e in event.words
+    ]
+    return Transcript(
+        header=header(event.stamp_ns, "microphone"),
+        utterance_id=event.utterance_id,
+        start=time_from_ns(event.start_ns),
+        end=time_from_ns(event.end_ns),
+        text=event.text,
+        confidence=event.confidence,
+        is_final=event.final,
+        words=words,
+    )
 
 
 def scene_msg(event: SceneEvent) -> Scene:
-    return Scene(header=header(event.stamp_ns, "camera"), code=event.code,
-                 observations=list(event.observations), description=event.description,
-                 person_present=event.person_present)
+    return Scene(
+        header=header(event.stamp_ns, "camera"),
+        code=event.code,
+        observations=list(event.observations),
+        description=event.description,
+        person_present=event.person_present,
+    )
 
 
 def _duration(ns: int) -> Duration:
@@ -178,14 +203,24 @@ def _token_ref(ref: CoreTokenRef) -> TokenRef:
     summary = ""
     if ref.modality == Modality.VISION and isinstance(ref.payload, tuple):
         summary = "; ".join(dict.fromkeys(phrase(kind, region) for kind, region in ref.payload))
-    return TokenRef(modality=int(ref.modality), stamp=time_from_ns(ref.stamp_ns),
-                    code=int(ref.code), resolution=int(ref.resolution), score=float(ref.score),
-                    chosen=ref.chosen, reason=ref.reason, summary=summary)
+    return TokenRef(
+        modality=int(ref.modality),
+        stamp=time_from_ns(ref.stamp_ns),
+        code=int(ref.code),
+        resolution=int(ref.resolution),
+        score=float(ref.score),
+        chosen=ref.chosen,
+        reason=ref.reason,
+        summary=summary,
+    )
 
 
 def association_msg(decision: Decision) -> Association:
-    return Association(header=header(decision.decided_ns, ""),
-                       decision_id=decision.decision_id, trigger=_token_ref(decision.trigger),
-                       window_before=_duration(decision.window_before_ns),
-                       window_after=_duration(decision.window_after_ns),
-                       candidates=[_token_ref(c) for c in decision.candidates])
+    return Association(
+        header=header(decision.decided_ns, ""),
+        decision_id=decision.decision_id,
+        trigger=_token_ref(decision.trigger),
+        window_before=_duration(decision.window_before_ns),
+        window_after=_duration(decision.window_after_ns),
+        candidates=[_token_ref(c) for c in decision.candidates],
+    )

@@ -39,8 +39,12 @@ from omniflow.ros.params import declare_parameters, parameter_values
 from omniflow.ros.qos import LATCHED
 
 # Every lifecycle node's own start-up switch (a lifecycle manager sets it false).
-AUTOSTART = ParamSpec("autostart", True, "Configure and activate at start-up; false leaves the "
-                      "transitions to a lifecycle manager", read_only=True)
+AUTOSTART = ParamSpec(
+    "autostart",
+    True,
+    "Configure and activate at start-up; false leaves the transitions to a lifecycle manager",
+    read_only=True,
+)
 # What configure() may raise to refuse the transition (with the reason logged).
 CONFIGURE_ERRORS = (ConfigError, EngineError, SourceError, SinkError)
 # Time a worker thread gets to finish its step when the node deactivates.
@@ -67,9 +71,15 @@ class LifecycleBase(LifecycleNode):
     calls :meth:`report` itself (the power manager reports with each decision).
     """
 
-    def __init__(self, node_name: str, specs: tuple[ParamSpec, ...], *,
-                 diagnostics_period_s: float | None = 1.0,
-                 callback_group: CallbackGroup | None = None, **kwargs) -> None:
+    def __init__(
+        self,
+        node_name: str,
+        specs: tuple[ParamSpec, ...],
+        *,
+        diagnostics_period_s: float | None = 1.0,
+        callback_group: CallbackGroup | None = None,
+        **kwargs,
+    ) -> None:
         super().__init__(node_name, **kwargs)
         self.specs = specs
         self._by_name = {spec.name: spec for spec in specs}
@@ -113,8 +123,12 @@ class LifecycleBase(LifecycleNode):
 
     def diagnosis(self) -> Diagnosis:
         """The ``/diagnostics`` status; the default: OK while active, WARN otherwise."""
-        return Diagnosis(OK if self.state_text == "active" else WARN, self.state_text,
-                         self.get_name(), self.summary())
+        return Diagnosis(
+            OK if self.state_text == "active" else WARN,
+            self.state_text,
+            self.get_name(),
+            self.summary(),
+        )
 
     # ----------------------------------------------------------------- helpers
     @property
@@ -133,8 +147,9 @@ class LifecycleBase(LifecycleNode):
 
     def publish_status(self) -> None:
         if self.context.ok():
-            self._status_pub.publish(String(data=json.dumps(self.summary(), sort_keys=True,
-                                                            default=str)))
+            self._status_pub.publish(
+                String(data=json.dumps(self.summary(), sort_keys=True, default=str))
+            )
 
     def report(self) -> None:
         """Publish diagnostics and status (the diagnostics timer's callback)."""
@@ -142,15 +157,20 @@ class LifecycleBase(LifecycleNode):
             return
         d = self.diagnosis()
         status = DiagnosticStatus(
-            level=bytes([d.level]), name=f"omniflow: {self.get_fully_qualified_name()}",
-            message=d.message, hardware_id=d.hardware_id,
-            values=[KeyValue(key=k, value=str(v)) for k, v in d.values.items()])
+            level=bytes([d.level]),
+            name=f"omniflow: {self.get_fully_qualified_name()}",
+            message=d.message,
+            hardware_id=d.hardware_id,
+            values=[KeyValue(key=k, value=str(v)) for k, v in d.values.items()],
+        )
         self._diagnostics_pub.publish(
-            DiagnosticArray(header=header(self.now_ns(), ""), status=[status]))
+            DiagnosticArray(header=header(self.now_ns(), ""), status=[status])
+        )
         self.publish_status()
 
-    def start_worker(self, target: Callable[[], None], name: str,
-                     wake: Callable[[], None] | None = None) -> threading.Thread:
+    def start_worker(
+        self, target: Callable[[], None], name: str, wake: Callable[[], None] | None = None
+    ) -> threading.Thread:
         """Start a daemon thread that runs until :attr:`stopping` is set; ``wake`` is called
         when it must stop (to interrupt a wait or a device read)."""
         self.stopping.clear()
@@ -183,8 +203,10 @@ class LifecycleBase(LifecycleNode):
         if self._configured:
             frozen = [name for name in changes if not self._by_name[name].live]
             if frozen:
-                return (f"{', '.join(frozen)} applied on configure; the node is configured: "
-                        "deactivate and clean it up first, then configure again")
+                return (
+                    f"{', '.join(frozen)} applied on configure; the node is configured: "
+                    "deactivate and clean it up first, then configure again"
+                )
         old = {name: self.params[name] for name in changes}
         self.params.update(changes)
         reason = self.apply_live(changes) if self._configured else None

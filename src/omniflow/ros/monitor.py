@@ -32,8 +32,9 @@ class Received(Generic[Msg]):
 class TopicRecorder(Generic[Msg]):
     """Keeps the last ``keep`` messages of one topic, thread-safely."""
 
-    def __init__(self, node: Node, msg_type: type, topic: str, qos: QoSProfile | int,
-                 keep: int = 10_000) -> None:
+    def __init__(
+        self, node: Node, msg_type: type, topic: str, qos: QoSProfile | int, keep: int = 10_000
+    ) -> None:
         self.topic = topic
         self._items: deque[Received[Msg]] = deque(maxlen=keep)
         self._cond = threading.Condition()
@@ -62,18 +63,24 @@ class TopicRecorder(Generic[Msg]):
         """Wait until ``count`` messages were received; raise TimeoutError otherwise."""
         with self._cond:
             if not self._cond.wait_for(lambda: len(self._items) >= count, timeout):
-                raise TimeoutError(f"received {len(self._items)} of {count} messages on "
-                                   f"'{self.topic}' within {timeout} s")
+                raise TimeoutError(
+                    f"received {len(self._items)} of {count} messages on "
+                    f"'{self.topic}' within {timeout} s"
+                )
             return [item.msg for item in self._items]
 
-    def wait_until(self, predicate: Callable[[list[Msg]], bool], timeout: float,
-                   what: str) -> list[Msg]:
+    def wait_until(
+        self, predicate: Callable[[list[Msg]], bool], timeout: float, what: str
+    ) -> list[Msg]:
         """Wait until ``predicate(messages)`` holds; raise TimeoutError naming ``what``."""
         with self._cond:
             if not self._cond.wait_for(
-                    lambda: predicate([item.msg for item in self._items]), timeout):
-                raise TimeoutError(f"'{self.topic}': {what} did not happen within {timeout} s "
-                                   f"({len(self._items)} messages received)")
+                lambda: predicate([item.msg for item in self._items]), timeout
+            ):
+                raise TimeoutError(
+                    f"'{self.topic}': {what} did not happen within {timeout} s "
+                    f"({len(self._items)} messages received)"
+                )
             return [item.msg for item in self._items]
 
 
@@ -82,8 +89,10 @@ def wait_for_publishers(node: Node, topic: str, count: int, timeout: float) -> N
     deadline = time.monotonic() + timeout
     while node.count_publishers(topic) < count:
         if time.monotonic() > deadline:
-            raise TimeoutError(f"{node.count_publishers(topic)} of {count} publishers on "
-                               f"'{topic}' after {timeout} s")
+            raise TimeoutError(
+                f"{node.count_publishers(topic)} of {count} publishers on "
+                f"'{topic}' after {timeout} s"
+            )
         time.sleep(0.05)
 
 
@@ -92,8 +101,7 @@ def spinning(node: Node) -> Iterator[SingleThreadedExecutor]:
     """Spin ``node`` on a background thread for the duration of the block."""
     executor = SingleThreadedExecutor(context=node.context)
     executor.add_node(node)
-    thread = threading.Thread(target=executor.spin, name=f"{node.get_name()}-spin",
-                              daemon=True)
+    thread = threading.Thread(target=executor.spin, name=f"{node.get_name()}-spin", daemon=True)
     thread.start()
     try:
         yield executor

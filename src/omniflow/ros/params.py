@@ -29,21 +29,27 @@ ApplyHook = Callable[[dict[str, object]], str | None]
 def descriptor_for(spec: ParamSpec) -> ParameterDescriptor:
     """The ROS descriptor for one spec (description, read-only flag, numeric range)."""
     descriptor = ParameterDescriptor(
-        name=spec.name, description=spec.full_description, read_only=spec.read_only)
+        name=spec.name, description=spec.full_description, read_only=spec.read_only
+    )
     if spec.minimum is not None and spec.maximum is not None:
         if isinstance(spec.default, bool):
             pass
         elif isinstance(spec.default, int):
-            descriptor.integer_range = [IntegerRange(
-                from_value=int(spec.minimum), to_value=int(spec.maximum), step=0)]
+            descriptor.integer_range = [
+                IntegerRange(from_value=int(spec.minimum), to_value=int(spec.maximum), step=0)
+            ]
         elif isinstance(spec.default, float):
-            descriptor.floating_point_range = [FloatingPointRange(
-                from_value=float(spec.minimum), to_value=float(spec.maximum), step=0.0)]
+            descriptor.floating_point_range = [
+                FloatingPointRange(
+                    from_value=float(spec.minimum), to_value=float(spec.maximum), step=0.0
+                )
+            ]
     return descriptor
 
 
-def declare_parameters(node: Node, specs: Iterable[ParamSpec],
-                       apply: ApplyHook | None = None) -> None:
+def declare_parameters(
+    node: Node, specs: Iterable[ParamSpec], apply: ApplyHook | None = None
+) -> None:
     """Declare every spec on ``node`` with validation; ``apply`` sees accepted live changes.
 
     Raises rclpy's InvalidParameterValueException (whose text carries our reason) when a
@@ -62,7 +68,8 @@ def declare_parameters(node: Node, specs: Iterable[ParamSpec],
             error = spec.check(parameter.value)
             if error:
                 return SetParametersResult(
-                    successful=False, reason=f"parameter '{parameter.name}': {error}")
+                    successful=False, reason=f"parameter '{parameter.name}': {error}"
+                )
             changes[parameter.name] = parameter.value
         if declared and apply is not None and changes:
             reason = apply(changes)
@@ -89,8 +96,10 @@ def warn_unknown_overrides(node: Node, specs: Iterable[ParamSpec]) -> list[str]:
     problems = unknown_names(specs, given, known_elsewhere=own)
     if problems:
         node.get_logger().warning(
-            "unknown parameters ignored: " + "; ".join(problems)
-            + ". Check the parameters file against `ros2 param describe` or docs/nodes.md")
+            "unknown parameters ignored: "
+            + "; ".join(problems)
+            + ". Check the parameters file against `ros2 param describe` or docs/nodes.md"
+        )
     return problems
 
 

@@ -19,9 +19,15 @@ from rclpy.qos import (
 SENSOR_DATA = qos_profile_sensor_data
 
 LATCHED = QoSProfile(
-    history=HistoryPolicy.KEEP_LAST, depth=1,
-    reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+    history=HistoryPolicy.KEEP_LAST,
+    depth=1,
+    reliability=ReliabilityPolicy.RELIABLE,
+    durability=DurabilityPolicy.TRANSIENT_LOCAL,
+)
 
 EVENTS = QoSProfile(
-    history=HistoryPolicy.KEEP_LAST, depth=50,
-    reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE)
+    history=HistoryPolicy.KEEP_LAST,
+    depth=50,
+    reliability=ReliabilityPolicy.RELIABLE,
+    durability=DurabilityPolicy.VOLATILE,
+)

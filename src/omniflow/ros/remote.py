@@ -30,18 +30,25 @@ LOG_THROTTLE_S = 10.0
 # together take a moment to discover each other's services.
 STARTUP_GRACE_S = 5.0
 
-STATE_NAMES = {State.PRIMARY_STATE_UNCONFIGURED: "unconfigured",
-               State.PRIMARY_STATE_INACTIVE: "inactive", State.PRIMARY_STATE_ACTIVE: "active",
-               State.PRIMARY_STATE_FINALIZED: "finalized"}
-TRANSITION_NAMES = {Transition.TRANSITION_CONFIGURE: "configure",
-                    Transition.TRANSITION_ACTIVATE: "activate",
-                    Transition.TRANSITION_DEACTIVATE: "deactivate",
-                    Transition.TRANSITION_CLEANUP: "cleanup"}
+STATE_NAMES = {
+    State.PRIMARY_STATE_UNCONFIGURED: "unconfigured",
+    State.PRIMARY_STATE_INACTIVE: "inactive",
+    State.PRIMARY_STATE_ACTIVE: "active",
+    State.PRIMARY_STATE_FINALIZED: "finalized",
+}
+TRANSITION_NAMES = {
+    Transition.TRANSITION_CONFIGURE: "configure",
+    Transition.TRANSITION_ACTIVATE: "activate",
+    Transition.TRANSITION_DEACTIVATE: "deactivate",
+    Transition.TRANSITION_CLEANUP: "cleanup",
+}
 # The state each of those transitions ends in when it succeeds.
-TRANSITION_RESULTS = {Transition.TRANSITION_CONFIGURE: State.PRIMARY_STATE_INACTIVE,
-                      Transition.TRANSITION_ACTIVATE: State.PRIMARY_STATE_ACTIVE,
-                      Transition.TRANSITION_DEACTIVATE: State.PRIMARY_STATE_INACTIVE,
-                      Transition.TRANSITION_CLEANUP: State.PRIMARY_STATE_UNCONFIGURED}
+TRANSITION_RESULTS = {
+    Transition.TRANSITION_CONFIGURE: State.PRIMARY_STATE_INACTIVE,
+    Transition.TRANSITION_ACTIVATE: State.PRIMARY_STATE_ACTIVE,
+    Transition.TRANSITION_DEACTIVATE: State.PRIMARY_STATE_INACTIVE,
+    Transition.TRANSITION_CLEANUP: State.PRIMARY_STATE_UNCONFIGURED,
+}
 
 # The time a call may take, read when the call starts (so a live parameter applies at once).
 Timeout = Callable[[], float]
@@ -104,8 +111,9 @@ class RemoteSetting:
                 return
             self._client.remove_pending_request(self._future)
             self._future = None
-            self.fail(RemoteCallError(f"{self._call_name} did not answer within "
-                                      f"{self._timeout:g} s"))
+            self.fail(
+                RemoteCallError(f"{self._call_name} did not answer within {self._timeout:g} s")
+            )
             return
         if self.wanted is None:
             return
@@ -134,12 +142,14 @@ class RemoteSetting:
                 self.fail(RemoteCallError(f"{name} failed: {err}"))
                 return
             callback(response)
+
         future.add_done_callback(done)
 
     def succeed(self, value: object) -> None:
         if self.error:
             self.node.get_logger().info(
-                f"{self.what}: {value} (answering again after {self.failures} failures)")
+                f"{self.what}: {value} (answering again after {self.failures} failures)"
+            )
         elif value != self.confirmed:
             self.node.get_logger().info(f"{self.what}: {value}")
         self.confirmed, self.confirmed_at, self.error = value, time.monotonic(), ""
@@ -154,7 +164,8 @@ class RemoteSetting:
             self._last_log = now
             self.node.get_logger().warning(
                 f"{self.what} -> {self.wanted}: {error}; retrying every period "
-                f"({self.failures} failures so far)")
+                f"({self.failures} failures so far)"
+            )
 
     def start(self, now: float) -> None:
         raise NotImplementedError
@@ -171,9 +182,14 @@ class RemoteParameter(RemoteSetting):
 
     def start(self, now: float) -> None:
         value = self.wanted
-        request = SetParameters.Request(parameters=[ParameterMsg(
-            name=self.parameter, value=Parameter(self.parameter, value=value)
-            .get_parameter_value())])
+        request = SetParameters.Request(
+            parameters=[
+                ParameterMsg(
+                    name=self.parameter,
+                    value=Parameter(self.parameter, value=value).get_parameter_value(),
+                )
+            ]
+        )
 
         def answered(response) -> None:
             result = response.results[0] if response.results else None
@@ -181,8 +197,12 @@ class RemoteParameter(RemoteSetting):
                 self.succeed(value)
             else:
                 reason = result.reason if result is not None else "no result"
-                self.fail(RemoteCallError(f"{self._set.srv_name} refused {self.parameter}="
-                                          f"{value}: {reason}"))
+                self.fail(
+                    RemoteCallError(
+                        f"{self._set.srv_name} refused {self.parameter}={value}: {reason}"
+                    )
+                )
+
         self.call(self._set, request, self._timeout_s(), answered)
 
 
@@ -191,8 +211,9 @@ class RemoteLifecycle(RemoteSetting):
     what frees a model's memory). Reaching either may take two transitions (configure then
     activate; deactivate then cleanup), chained as answers come."""
 
-    def __init__(self, node: Node, target: str, timeout_s: Timeout,
-                 transition_timeout_s: Timeout) -> None:
+    def __init__(
+        self, node: Node, target: str, timeout_s: Timeout, transition_timeout_s: Timeout
+    ) -> None:
         super().__init__(node, f"{target} lifecycle")
         self._timeout_s = timeout_s
         self._transition_timeout_s = transition_timeout_s
@@ -210,27 +231,41 @@ class RemoteLifecycle(RemoteSetting):
             self.succeed(wanted)
             return
         if wanted:
-            transition = {State.PRIMARY_STATE_UNCONFIGURED: Transition.TRANSITION_CONFIGURE,
-                          State.PRIMARY_STATE_INACTIVE: Transition.TRANSITION_ACTIVATE}.get(
-                state)
+            transition = {
+                State.PRIMARY_STATE_UNCONFIGURED: Transition.TRANSITION_CONFIGURE,
+                State.PRIMARY_STATE_INACTIVE: Transition.TRANSITION_ACTIVATE,
+            }.get(state)
         else:
-            transition = {State.PRIMARY_STATE_ACTIVE: Transition.TRANSITION_DEACTIVATE,
-                          State.PRIMARY_STATE_INACTIVE: Transition.TRANSITION_CLEANUP}.get(
-                state)
+            transition = {
+                State.PRIMARY_STATE_ACTIVE: Transition.TRANSITION_DEACTIVATE,
+                State.PRIMARY_STATE_INACTIVE: Transition.TRANSITION_CLEANUP,
+            }.get(state)
         if transition is None:  # e.g. finalized, or in a transition
-            self.fail(RemoteCallError(f"{self._get.srv_name}: cannot reach "
-                                      f"'{STATE_NAMES[goal]}' from state "
-                                      f"{STATE_NAMES.get(state, state)}"))
+            self.fail(
+                RemoteCallError(
+                    f"{self._get.srv_name}: cannot reach "
+                    f"'{STATE_NAMES[goal]}' from state "
+                    f"{STATE_NAMES.get(state, state)}"
+                )
+            )
             return
 
         def changed(result) -> None:
             if not result.success:
-                self.fail(RemoteCallError(
-                    f"{self._change.srv_name}: {TRANSITION_NAMES[transition]} failed (the "
-                    "node's log says why)"))
+                self.fail(
+                    RemoteCallError(
+                        f"{self._change.srv_name}: {TRANSITION_NAMES[transition]} failed (the "
+                        "node's log says why)"
+                    )
+                )
             elif TRANSITION_RESULTS[transition] == goal:
                 self.succeed(wanted)  # there: no need to ask again
             else:
                 self.start(time.monotonic())  # the next step
-        self.call(self._change, ChangeState.Request(transition=Transition(id=transition)),
-                  self._transition_timeout_s(), changed)
+
+        self.call(
+            self._change,
+            ChangeState.Request(transition=Transition(id=transition)),
+            self._transition_timeout_s(),
+            changed,
+        )

@@ -13,8 +13,12 @@ from rclpy.node import Node
 from omniflow.errors import ConfigError
 
 
-def run_node(node_factory: Callable[[], Node], args: list[str] | None = None, *,
-             executor_factory: Callable[[], Executor] = SingleThreadedExecutor) -> int:
+def run_node(
+    node_factory: Callable[[], Node],
+    args: list[str] | None = None,
+    *,
+    executor_factory: Callable[[], Executor] = SingleThreadedExecutor,
+) -> int:
     """Run a node until shutdown; the entry point of the node executables.
 
     The node has a ``params`` dict and a ``release()`` that frees what it holds in any state

@@ -105,8 +105,9 @@ class LlmBackend(abc.ABC):
         return 0
 
     @abc.abstractmethod
-    def generate(self, prompt: Prompt, *, cancel: threading.Event,
-                 max_tokens: int | None = None) -> Iterator[str]:
+    def generate(
+        self, prompt: Prompt, *, cancel: threading.Event, max_tokens: int | None = None
+    ) -> Iterator[str]:
         """Yield the answer's text deltas as they decode; stop early when ``cancel`` is set."""
 
     @property
@@ -123,12 +124,14 @@ class LlmBackend(abc.ABC):
         accepted and left alone: the system text is the caller's, in every Prompt.
         """
         problems = validate(LLM_PARAMS, values)
-        problems += [f"{name} is not applied by the {self.name} backend: {why}"
-                     for name, why in self.not_applied.items() if name in values]
+        problems += [
+            f"{name} is not applied by the {self.name} backend: {why}"
+            for name, why in self.not_applied.items()
+            if name in values
+        ]
         if problems:
             raise ConfigError("; ".join(problems))
-        self._apply({name: value for name, value in values.items()
-                     if name in BACKEND_LIVE_PARAMS})
+        self._apply({name: value for name, value in values.items() if name in BACKEND_LIVE_PARAMS})
 
     def _apply(self, values: Mapping[str, Any]) -> None:
         """Apply validated live values; a backend that reads more than ``sampling`` (such as

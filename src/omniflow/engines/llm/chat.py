@@ -30,8 +30,9 @@ def image_data_uri(image: Any, quality: int = 85) -> str:
 
     array = np.asarray(image)
     if array.dtype != np.uint8 or array.ndim != 3 or array.shape[2] != 3:
-        raise ConfigError(f"an image for the LLM must be RGB uint8 (H, W, 3); got "
-                          f"{array.dtype} {array.shape}")
+        raise ConfigError(
+            f"an image for the LLM must be RGB uint8 (H, W, 3); got {array.dtype} {array.shape}"
+        )
     ok, jpeg = cv2.imencode(".jpg", array[:, :, ::-1], [cv2.IMWRITE_JPEG_QUALITY, quality])
     if not ok:
         raise EngineError(f"could not encode a {array.shape} frame as JPEG for the LLM")
@@ -48,15 +49,17 @@ def chat_messages(prompt: Prompt, *, images: bool = True) -> list[dict[str, Any]
     if prompt.system.strip():
         messages.append({"role": "system", "content": prompt.system.strip()})
     for turn in prompt.history:
-        messages.append({"role": "user" if turn.role == "user" else "assistant",
-                         "content": turn.text})
+        messages.append(
+            {"role": "user" if turn.role == "user" else "assistant", "content": turn.text}
+        )
     text = prompt.user.strip()
     if prompt.scene.strip():
         text = f"(You see: {prompt.scene.strip()})\n{text}".strip()
     if images and prompt.images:
         content: list[dict[str, Any]] = [
             {"type": "image_url", "image_url": {"url": image_data_uri(image)}}
-            for image in prompt.images]
+            for image in prompt.images
+        ]
         content.append({"type": "text", "text": text})
         messages.append({"role": "user", "content": content})
     else:
@@ -64,8 +67,9 @@ def chat_messages(prompt: Prompt, *, images: bool = True) -> list[dict[str, Any]
     return messages
 
 
-def stream_chat_chunks(chunks: Iterator[Mapping[str, Any]], cancel: threading.Event,
-                       stats: GenerationStats, t0: float) -> Iterator[str]:
+def stream_chat_chunks(
+    chunks: Iterator[Mapping[str, Any]], cancel: threading.Event, stats: GenerationStats, t0: float
+) -> Iterator[str]:
     """Yield the content deltas of OpenAI-style stream chunks until done or cancelled."""
     stats.cancelled, stats.stop_reason = False, "eos"
     try:

@@ -34,22 +34,42 @@ def make_backend(values: Mapping[str, Any]) -> LlmBackend:
     backend = merged["llm.backend"]
     if backend == "embedded":
         cache_dir = merged["llm.cache_dir"] or None
-        return LlamaCppBackend(lambda: embedded_model_path(cache_dir),
-                               n_ctx=merged["llm.n_ctx"], threads=merged["llm.threads"],
-                               seed=merged["llm.seed"], sampling=sampling, name="embedded")
+        return LlamaCppBackend(
+            lambda: embedded_model_path(cache_dir),
+            n_ctx=merged["llm.n_ctx"],
+            threads=merged["llm.threads"],
+            seed=merged["llm.seed"],
+            sampling=sampling,
+            name="embedded",
+        )
     if backend == "gguf":
-        return LlamaCppBackend(merged["llm.model_path"], n_ctx=merged["llm.n_ctx"],
-                               threads=merged["llm.threads"], seed=merged["llm.seed"],
-                               sampling=sampling, name="gguf")
+        return LlamaCppBackend(
+            merged["llm.model_path"],
+            n_ctx=merged["llm.n_ctx"],
+            threads=merged["llm.threads"],
+            seed=merged["llm.seed"],
+            sampling=sampling,
+            name="gguf",
+        )
     if backend == "minicpmv":
-        return MiniCpmVBackend(merged["llm.model_path"], merged["llm.mmproj_path"],
-                               n_ctx=merged["llm.n_ctx"], threads=merged["llm.threads"],
-                               seed=merged["llm.seed"], sampling=sampling)
+        return MiniCpmVBackend(
+            merged["llm.model_path"],
+            merged["llm.mmproj_path"],
+            n_ctx=merged["llm.n_ctx"],
+            threads=merged["llm.threads"],
+            seed=merged["llm.seed"],
+            sampling=sampling,
+        )
     key_env = merged["llm.remote.api_key_env"]
     api_key = os.environ.get(key_env, "") if key_env else ""
     if key_env and not api_key:
         raise ConfigError(f"llm.remote.api_key_env names ${key_env}, which is not set")
-    return RemoteBackend(merged["llm.remote.url"], model=merged["llm.remote.model"],
-                         api=merged["llm.remote.api"], api_key=api_key,
-                         timeout_s=merged["llm.remote.timeout_s"],
-                         images=merged["llm.remote.images"], sampling=sampling)
+    return RemoteBackend(
+        merged["llm.remote.url"],
+        model=merged["llm.remote.model"],
+        api=merged["llm.remote.api"],
+        api_key=api_key,
+        timeout_s=merged["llm.remote.timeout_s"],
+        images=merged["llm.remote.images"],
+        sampling=sampling,
+    )

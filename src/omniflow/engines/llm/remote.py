@@ -42,16 +42,27 @@ class RemoteBackend(LlmBackend):
     """
 
     name = "remote"
-    not_applied = MappingProxyType({
-        "llm.threads": "the server decides",
-        "llm.prompt_chunk": "the server evaluates the prompt",
-        "llm.top_k": _NOT_SENT,
-        "llm.repeat_penalty": _NOT_SENT,
-    })
+    not_applied = MappingProxyType(
+        {
+            "llm.threads": "the server decides",
+            "llm.prompt_chunk": "the server evaluates the prompt",
+            "llm.top_k": _NOT_SENT,
+            "llm.repeat_penalty": _NOT_SENT,
+        }
+    )
 
-    def __init__(self, url: str, *, model: str = "", api: str = "chat", api_key: str = "",
-                 timeout_s: float = 10.0, images: bool = False,
-                 sampling: Sampling | None = None, fmt: PromptFormat = DEFAULT_FORMAT) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        model: str = "",
+        api: str = "chat",
+        api_key: str = "",
+        timeout_s: float = 10.0,
+        images: bool = False,
+        sampling: Sampling | None = None,
+        fmt: PromptFormat = DEFAULT_FORMAT,
+    ) -> None:
         super().__init__(sampling)
         parsed = urllib.parse.urlsplit(url)
         if parsed.scheme not in ("http", "https") or not parsed.hostname:
@@ -74,8 +85,11 @@ class RemoteBackend(LlmBackend):
         return f"{self._parsed.scheme}://{self._parsed.netloc}{self._base_path}/{name}"
 
     def _connect(self) -> http.client.HTTPConnection:
-        cls = (http.client.HTTPSConnection if self._parsed.scheme == "https"
-               else http.client.HTTPConnection)
+        cls = (
+            http.client.HTTPSConnection
+            if self._parsed.scheme == "https"
+            else http.client.HTTPConnection
+        )
         return cls(self._parsed.hostname, self._parsed.port, timeout=self._timeout)
 
     def _headers(self) -> dict[str, str]:
@@ -93,18 +107,22 @@ class RemoteBackend(LlmBackend):
             response = conn.getresponse()
             body = response.read(2000)
         except (OSError, http.client.HTTPException) as err:
-            raise EngineError(f"remote LLM server at {url} is not reachable: {err!r} (is it "
-                              f"running? check llm.remote.url)") from err
+            raise EngineError(
+                f"remote LLM server at {url} is not reachable: {err!r} (is it "
+                f"running? check llm.remote.url)"
+            ) from err
         finally:
             conn.close()
         if response.status != 200:
-            raise EngineError(f"remote LLM server at {url} answered HTTP {response.status}: "
-                              f"{body[:200]!r}")
+            raise EngineError(
+                f"remote LLM server at {url} answered HTTP {response.status}: {body[:200]!r}"
+            )
         try:
             json.loads(body)
         except ValueError as err:
-            raise EngineError(f"remote LLM server at {url} did not answer JSON: "
-                              f"{body[:200]!r}") from err
+            raise EngineError(
+                f"remote LLM server at {url} did not answer JSON: {body[:200]!r}"
+            ) from err
         self._loaded = True
 
     def close(self) -> None:
@@ -114,14 +132,19 @@ class RemoteBackend(LlmBackend):
     def loaded(self) -> bool:
         return self._loaded
 
-    def generate(self, prompt: Prompt, *, cancel: threading.Event,
-                 max_tokens: int | None = None) -> Iterator[str]:
+    def generate(
+        self, prompt: Prompt, *, cancel: threading.Event, max_tokens: int | None = None
+    ) -> Iterator[str]:
         return self._stream(prompt, cancel, int(max_tokens or self.sampling.max_tokens))
 
     def _body(self, prompt: Prompt, limit: int) -> tuple[str, dict[str, Any]]:
         s = self.sampling
-        body: dict[str, Any] = {"stream": True, "max_tokens": limit,
-                                "temperature": s.temperature, "top_p": s.top_p}
+        body: dict[str, Any] = {
+            "stream": True,
+            "max_tokens": limit,
+            "temperature": s.temperature,
+            "top_p": s.top_p,
+        }
         if self._model:
             body["model"] = self._model
         if self._api == "chat":
@@ -152,20 +175,27 @@ class RemoteBackend(LlmBackend):
         watcher = threading.Thread(target=watch, name="llm-remote-cancel", daemon=True)
         try:
             try:
-                conn.request("POST", f"{self._base_path}/{name}", body=json.dumps(body),
-                             headers=self._headers())
+                conn.request(
+                    "POST",
+                    f"{self._base_path}/{name}",
+                    body=json.dumps(body),
+                    headers=self._headers(),
+                )
                 watcher.start()
                 response = conn.getresponse()
             except (OSError, http.client.HTTPException) as err:
                 if cancel.is_set():
                     stats.cancelled, stats.stop_reason = True, "cancelled"
                     return
-                raise EngineError(f"remote LLM request to {url} failed: {err!r} (is the "
-                                  f"server running? check llm.remote.url)") from err
+                raise EngineError(
+                    f"remote LLM request to {url} failed: {err!r} (is the "
+                    f"server running? check llm.remote.url)"
+                ) from err
             if response.status != 200:
                 text = response.read(500)
-                raise EngineError(f"remote LLM server at {url} answered HTTP "
-                                  f"{response.status}: {text[:300]!r}")
+                raise EngineError(
+                    f"remote LLM server at {url} answered HTTP {response.status}: {text[:300]!r}"
+                )
             events = server_sent_events(response, url, cancel, self._timeout)
             yield from stream_chat_chunks(events, cancel, stats, t0)
         finally:

@@ -27,8 +27,9 @@ class LineReader(Protocol):
     def readline(self, limit: int = -1, /) -> bytes: ...
 
 
-def server_sent_events(response: LineReader, url: str, cancel: threading.Event,
-                       timeout_s: float) -> Iterator[dict[str, Any]]:
+def server_sent_events(
+    response: LineReader, url: str, cancel: threading.Event, timeout_s: float
+) -> Iterator[dict[str, Any]]:
     """Yield the JSON object of every ``data:`` event until ``data: [DONE]``.
 
     Stops quietly when ``cancel`` is set (also when cancelling broke the connection) and
@@ -41,8 +42,10 @@ def server_sent_events(response: LineReader, url: str, cancel: threading.Event,
         try:
             line = response.readline(_LINE_LIMIT)
         except TimeoutError as err:
-            raise EngineError(f"remote LLM server at {url} sent nothing for "
-                              f"{timeout_s:g} s (llm.remote.timeout_s)") from err
+            raise EngineError(
+                f"remote LLM server at {url} sent nothing for "
+                f"{timeout_s:g} s (llm.remote.timeout_s)"
+            ) from err
         except (OSError, http.client.HTTPException) as err:
             if cancel.is_set():
                 return
@@ -51,8 +54,9 @@ def server_sent_events(response: LineReader, url: str, cancel: threading.Event,
             if cancel.is_set():
                 return
             if not seen:
-                raise EngineError(f"remote LLM server at {url} closed the stream "
-                                  f"without sending any event")
+                raise EngineError(
+                    f"remote LLM server at {url} closed the stream without sending any event"
+                )
             return  # closed without [DONE]: take what came
         text = line.decode("utf-8", errors="replace").strip()
         if not text or text.startswith(":"):
@@ -60,19 +64,24 @@ def server_sent_events(response: LineReader, url: str, cancel: threading.Event,
         if not text.startswith("data:"):
             if text.startswith(("event:", "id:", "retry:")):
                 continue
-            raise EngineError(f"remote LLM server at {url} sent something that is not "
-                              f"a server-sent event: {text[:200]!r}")
+            raise EngineError(
+                f"remote LLM server at {url} sent something that is not "
+                f"a server-sent event: {text[:200]!r}"
+            )
         data = text[5:].strip()
         if data == "[DONE]":
             return
         try:
             event = json.loads(data)
         except ValueError as err:
-            raise EngineError(f"remote LLM server at {url} sent an event that is not "
-                              f"JSON: {data[:200]!r}") from err
+            raise EngineError(
+                f"remote LLM server at {url} sent an event that is not JSON: {data[:200]!r}"
+            ) from err
         if not isinstance(event, dict) or not isinstance(event.get("choices"), list):
             message = event.get("error") if isinstance(event, dict) else None
-            raise EngineError(f"remote LLM server at {url} sent an event without "
-                              f"choices: {message or data[:200]!r}")
+            raise EngineError(
+                f"remote LLM server at {url} sent an event without "
+                f"choices: {message or data[:200]!r}"
+            )
         seen = True
         yield event

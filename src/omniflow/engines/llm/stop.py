@@ -43,8 +43,8 @@ class StopFilter:
                 if text.endswith(s[:n]):
                     keep = n
                     break
-        self._held = text[len(text) - keep:] if keep else ""
-        return text[:len(text) - keep]
+        self._held = text[len(text) - keep :] if keep else ""
+        return text[: len(text) - keep]
 
     def flush(self) -> str:
         """The held-back text, at the end of a stream that did not stop."""
