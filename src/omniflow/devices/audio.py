@@ -28,6 +28,7 @@ import soundfile
 from omniflow.core.clock import ClockMapper
 from omniflow.core.resample import StreamResampler, float_to_int16
 from omniflow.core.timing import CHUNK_SAMPLES, SAMPLE_RATE
+from omniflow.devices.base import Device, check_positive
 from omniflow.devices.portaudio import (
     INPUT,
     describe_devices,
@@ -80,7 +81,7 @@ class AudioBlock:
     dropped_blocks: int = 0
 
 
-class AudioSource(abc.ABC):
+class AudioSource(Device):
     """A source of fixed-size int16 audio blocks.
 
     Attributes:
@@ -97,9 +98,9 @@ class AudioSource(abc.ABC):
     paced_by_device: bool
 
     def __init__(self, sample_rate: int, channels: int, block_frames: int) -> None:
-        _check_positive("sample_rate", sample_rate)
-        _check_positive("channels", channels)
-        _check_positive("block_frames", block_frames)
+        check_positive("sample_rate", sample_rate)
+        check_positive("channels", channels)
+        check_positive("block_frames", block_frames)
         self.sample_rate = sample_rate
         self.channels = channels
         self.block_frames = block_frames
@@ -121,26 +122,6 @@ class AudioSource(abc.ABC):
             SourceExhausted: a non-looping file source reached its end.
             SourceError: the source is not open or failed.
         """
-
-    @abc.abstractmethod
-    def close(self) -> None:
-        """Release the device or file. Idempotent."""
-
-    @abc.abstractmethod
-    def describe(self) -> str:
-        """One line saying what this source is, for logs."""
-
-    def __enter__(self) -> AudioSource:
-        self.open()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-
-def _check_positive(name: str, value: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError(f"{name} must be a positive integer, got {value!r}")
 
 
 # --------------------------------------------------------------------------- devices
@@ -202,7 +183,7 @@ class SoundDeviceSource(AudioSource):
         warn: Warn | None = None,
     ) -> None:
         super().__init__(sample_rate, channels, block_frames)
-        _check_positive("queue_blocks", queue_blocks)
+        check_positive("queue_blocks", queue_blocks)
         self._device = device
         self._queue_blocks = queue_blocks
         self._warn = warn

@@ -32,13 +32,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import cv2
 import numpy as np
 
 from omniflow.core.timing import NS_PER_S
+from omniflow.devices.base import Device
 from omniflow.errors import ConfigError, DeviceNotFoundError, SourceError, SourceExhausted
 
 __all__ = [
@@ -89,7 +89,7 @@ class Frame:
     index: int
 
 
-class FrameSource(abc.ABC):
+class FrameSource(Device):
     """A camera or a recording that produces :class:`Frame` objects.
 
     Lifecycle: construct (cheap, validates arguments), :meth:`open` (acquires
@@ -140,18 +140,6 @@ class FrameSource(abc.ABC):
         frame = Frame(image=image, capture_time=capture_time, index=self._produced)
         self._produced += 1
         return frame
-
-    def __enter__(self) -> FrameSource:
-        self.open()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__}: {self.describe()}>"

@@ -58,6 +58,7 @@ import soundfile
 
 from omniflow.core.clock import ClockMapper
 from omniflow.core.timing import SAMPLE_RATE, Pacer
+from omniflow.devices.base import Device, check_positive
 from omniflow.devices.portaudio import (
     OUTPUT,
     describe_devices,
@@ -95,7 +96,7 @@ PlayedCallback = Callable[[np.ndarray, float], None]
 Warn = Callable[[str], None]
 
 
-class AudioSink(abc.ABC):
+class AudioSink(Device):
     """An audio output fed int16 mono samples through a bounded queue.
 
     Attributes:
@@ -150,22 +151,6 @@ class AudioSink(abc.ABC):
     @abc.abstractmethod
     def close(self) -> None:
         """Stop at once (queued audio is dropped) and release the output. Idempotent."""
-
-    @abc.abstractmethod
-    def describe(self) -> str:
-        """One line saying what this sink is, for logs."""
-
-    def __enter__(self) -> AudioSink:
-        self.open()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-
-def _check_positive(name: str, value: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError(f"{name} must be a positive integer, got {value!r}")
 
 
 class _SampleRing:
@@ -225,8 +210,8 @@ class _QueuedSink(AudioSink):
         on_played: PlayedCallback | None,
         warn: Warn | None,
     ) -> None:
-        _check_positive("sample_rate", sample_rate)
-        _check_positive("block_frames", block_frames)
+        check_positive("sample_rate", sample_rate)
+        check_positive("block_frames", block_frames)
         if not (isinstance(max_queue_s, (int, float)) and max_queue_s > 0):
             raise ConfigError(f"max_queue_s must be a positive number, got {max_queue_s!r}")
         self.sample_rate = sample_rate
