@@ -82,6 +82,20 @@ def publish_until_rejected(ros_node, fusion, namespace: str, timeout: float = 15
         time.sleep(0.2)
 
 
+def play_hello(ros_node, start_node, namespace: str, subscribers: int) -> None:
+    """Start the microphone node on the sample question once ``subscribers`` match it."""
+    microphone = start_node(
+        "omniflow.nodes.audio_capture",
+        "audio_capture",
+        {"source": "file", "file.path": str(HELLO), "autostart": False},
+        namespace=namespace,
+    )
+    assert change_state(ros_node, microphone, Transition.TRANSITION_CONFIGURE)
+    wait_for_publishers(ros_node, topic(microphone, "audio"), subscribers, timeout=10)
+    time.sleep(1.0)  # every subscription matches the publisher both ways
+    assert change_state(ros_node, microphone, Transition.TRANSITION_ACTIVATE)
+
+
 # Once in a few full runs on a 2-core machine the first words reach the fusion node late or
 # not at all (best-effort audio beside 10 camera frames a second), so speech starts after
 # "hello": one rerun until image intake can no longer crowd out audio.
@@ -113,16 +127,7 @@ def test_speech_gives_a_transcript_and_an_association_with_the_frames_around_its
         namespace=namespace,
     )
     wait_for_publishers(ros_node, f"{namespace}/image_raw", 2, timeout=15)  # ours + camera
-    microphone = start_node(
-        "omniflow.nodes.audio_capture",
-        "audio_capture",
-        {"source": "file", "file.path": str(HELLO), "autostart": False},
-        namespace=namespace,
-    )
-    assert change_state(ros_node, microphone, Transition.TRANSITION_CONFIGURE)
-    wait_for_publishers(ros_node, topic(microphone, "audio"), 2, timeout=10)
-    time.sleep(1.0)  # both subscriptions (ours, the fusion node's) match the publisher
-    assert change_state(ros_node, microphone, Transition.TRANSITION_ACTIVATE)
+    play_hello(ros_node, start_node, namespace, subscribers=2)  # ours and the fusion node's
 
     try:
         finals = transcripts.wait_until(
@@ -181,16 +186,7 @@ def test_partial_hypotheses_come_while_the_user_speaks(ros_node, start_node):
         timeout=60,
         what="fusion active",
     )
-    microphone = start_node(
-        "omniflow.nodes.audio_capture",
-        "audio_capture",
-        {"source": "file", "file.path": str(HELLO), "autostart": False},
-        namespace=namespace,
-    )
-    assert change_state(ros_node, microphone, Transition.TRANSITION_CONFIGURE)
-    wait_for_publishers(ros_node, topic(microphone, "audio"), 1, timeout=10)
-    time.sleep(1.0)  # the fusion node's subscription matches the publisher
-    assert change_state(ros_node, microphone, Transition.TRANSITION_ACTIVATE)
+    play_hello(ros_node, start_node, namespace, subscribers=1)
 
     heard = transcripts.wait_until(
         lambda msgs: any(m.is_final for m in msgs), timeout=20, what="a final transcript"
