@@ -3,8 +3,8 @@
 ``OUTPUTS`` is the table of what is compared: per topic, how its messages become plain entries
 and how each field is compared (exactly, as a stamp within a tolerance, as text by similarity,
 or as a list of stamps). Topics are compared when their publishing node is part of the replay
-graph (``omniflow.graph``), so when the dialogue node joins the graph its ``dialogue_state``
-sequence and ``response`` text are compared too, after ``make golden`` has recorded them.
+graph (``omniflow.graph``): the fusion outputs, the dialogue node's ``dialogue_state`` sequence
+of the first exchange and a non-empty first ``response``, as ``make golden`` recorded them.
 
     python -m omniflow.regression            # replay the sample session, compare, exit 1 on a
                                              # difference
