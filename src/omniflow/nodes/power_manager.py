@@ -34,6 +34,26 @@ _MODE_KEYS = dict(
 _FPS_DEFAULTS = {"active": 30.0, "listen": 15.0, "idle": 10.0, "sleep": 2.0, "thermal": 10.0}
 _VISION_DEFAULTS = {"active": 5.0, "listen": 2.0, "idle": 1.0, "sleep": 0.5, "thermal": 1.0}
 
+
+def _rate_specs(
+    prefix: str, what: str, defaults: dict[str, float], maximum: float
+) -> tuple[ParamSpec, ...]:
+    """One live rate parameter per power mode (``<prefix>_<mode>``), in frames/s."""
+    return tuple(
+        ParamSpec(
+            f"{prefix}_{mode}",
+            value,
+            f"{what} in {mode.upper()}"
+            + (" (the lower of this and the conversation's)" if mode == "thermal" else ""),
+            unit="frames/s",
+            minimum=0.5,
+            maximum=maximum,
+            live=True,
+        )
+        for mode, value in defaults.items()
+    )
+
+
 PARAMS = (
     ParamSpec(
         "period_s",
@@ -217,32 +237,8 @@ PARAMS = (
         maximum=1000.0,
         live=True,
     ),
-    *(
-        ParamSpec(
-            f"camera.fps_{mode}",
-            value,
-            f"Camera frame rate in {mode.upper()}"
-            + (" (the lower of this and the conversation's)" if mode == "thermal" else ""),
-            unit="frames/s",
-            minimum=0.5,
-            maximum=60.0,
-            live=True,
-        )
-        for mode, value in _FPS_DEFAULTS.items()
-    ),
-    *(
-        ParamSpec(
-            f"vision.rate_{mode}",
-            value,
-            f"Vision encoder rate in {mode.upper()}"
-            + (" (the lower of this and the conversation's)" if mode == "thermal" else ""),
-            unit="frames/s",
-            minimum=0.5,
-            maximum=30.0,
-            live=True,
-        )
-        for mode, value in _VISION_DEFAULTS.items()
-    ),
+    *_rate_specs("camera.fps", "Camera frame rate", _FPS_DEFAULTS, 60.0),
+    *_rate_specs("vision.rate", "Vision encoder rate", _VISION_DEFAULTS, 30.0),
     ParamSpec(
         "llm.threads",
         2,
