@@ -70,6 +70,19 @@ class InProcessBackend(LlmBackend):
         self._lib = import_llama()
         return self._lib
 
+    def _new_llama(self, model_path: Any, **options: Any) -> Any:
+        """A ``llama_cpp.Llama`` for ``model_path`` with this backend's context size, threads
+        and seed (``options`` add backend-specific arguments); llama.cpp's errors propagate."""
+        return self._import().Llama(
+            model_path=str(model_path),
+            n_ctx=self._n_ctx,
+            n_threads=self._threads,
+            n_threads_batch=self._threads,
+            seed=self._seed(),
+            verbose=False,
+            **options,
+        )
+
     def close(self) -> None:
         with self._lock:
             llm, self._llm = self._llm, None

@@ -69,17 +69,8 @@ class LlamaCppBackend(InProcessBackend):
             return
         path = self._model_path() if callable(self._model_path) else self._model_path
         path = check_gguf(path)
-        llama_cpp = self._import()
         try:
-            llm = llama_cpp.Llama(
-                model_path=str(path),
-                n_ctx=self._n_ctx,
-                n_batch=512,
-                n_threads=self._threads,
-                n_threads_batch=self._threads,
-                seed=self._seed(),
-                verbose=False,
-            )
+            llm = self._new_llama(path, n_batch=512)
         except (ValueError, RuntimeError, OSError) as err:
             raise EngineError(
                 f"llama.cpp could not load {path} ({path.stat().st_size} bytes, GGUF magic "
@@ -88,8 +79,8 @@ class LlamaCppBackend(InProcessBackend):
             ) from err
         self._llm = llm
         self._path = path
-        self._vocab = llama_cpp.llama_model_get_vocab(llm.model)
-        self._is_eog = llama_cpp.llama_vocab_is_eog
+        self._vocab = self._lib.llama_model_get_vocab(llm.model)
+        self._is_eog = self._lib.llama_vocab_is_eog
 
     @property
     def llama(self) -> Any:

@@ -61,20 +61,12 @@ class MiniCpmVBackend(InProcessBackend):
                 "'gguf')"
             )
         mmproj = check_gguf(self._mmproj_path, "MiniCPM-V mmproj")
-        llama_cpp = self._import()
+        self._import()
         from llama_cpp.llama_chat_format import MiniCPMv26ChatHandler
 
         try:
             handler = MiniCPMv26ChatHandler(clip_model_path=str(mmproj), verbose=False)
-            llm = llama_cpp.Llama(
-                model_path=str(model),
-                chat_handler=handler,
-                n_ctx=self._n_ctx,
-                n_threads=self._threads,
-                n_threads_batch=self._threads,
-                seed=self._seed(),
-                verbose=False,
-            )
+            llm = self._new_llama(model, chat_handler=handler)
         except (ValueError, RuntimeError, OSError) as err:
             raise EngineError(
                 f"llama.cpp could not load the MiniCPM-V model {model} with mmproj {mmproj}: {err}"
