@@ -27,8 +27,7 @@ from ros_helpers import change_state, get_parameter, lifecycle_state, set_parame
 
 MODULE = "omniflow.nodes.power_manager"
 CAMERA_MODULE = "omniflow.nodes.camera"
-# The node holding the LLM. The dialogue node is not on this branch yet: a lifecycle node of
-# this package stands in for it (the integrator points these at omniflow.nodes.dialogue).
+# The node holding the LLM.
 LLM_NODE_MODULE = "omniflow.nodes.dialogue"
 LLM_NODE_PARAMS: dict[str, object] = {"proactive.enabled": False}
 LLM_THREADS = 2
@@ -279,6 +278,9 @@ def test_targets_that_do_not_answer_are_logged_and_retried(
 
 def test_llm_lifecycle_follows_the_conversation(ros_node, start_node, namespace):
     llm = start_node(LLM_NODE_MODULE, "dialogue", LLM_NODE_PARAMS, namespace)
+    # The model loads first: a manager started beside it can reach SLEEP (3 s) and free the
+    # model before a loaded 2-core machine has finished loading it.
+    wait_state(ros_node, llm, State.PRIMARY_STATE_ACTIVE)
     manager = start_node(
         MODULE,
         "power_manager",
@@ -293,7 +295,6 @@ def test_llm_lifecycle_follows_the_conversation(ros_node, start_node, namespace)
     )
     states = power_recorder(ros_node, namespace)
     publish = dialogue_publisher(ros_node, namespace)
-    wait_state(ros_node, llm, State.PRIMARY_STATE_ACTIVE)
     publish(DialogueState.LISTENING)
 
     wait_mode(states, PowerState.SLEEP, "SLEEP after the sleep timeout")
