@@ -23,11 +23,13 @@ SOURCES := CMakeLists.txt package.xml $(wildcard msg/*.msg action/*.action) \
 
 setup: $(INSTALL_STAMP)
 
-$(DEPS_STAMP): $(REQUIREMENTS) $(NO_DEPS) requirements/constraints.txt scripts/install_system_deps.sh
+$(DEPS_STAMP): $(REQUIREMENTS) $(NO_DEPS) requirements/constraints.txt scripts/install_system_deps.sh \
+		scripts/build_llama_wheel.sh
 	scripts/install_system_deps.sh
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -c requirements/constraints.txt $(addprefix -r ,$(REQUIREMENTS))
+	wheels=$$(scripts/build_llama_wheel.sh $(PY)) && $(PY) -m pip install --quiet \
+		-c requirements/constraints.txt $${wheels:+--find-links $$wheels} $(addprefix -r ,$(REQUIREMENTS))
 	$(if $(NO_DEPS),$(PY) -m pip install --quiet --no-deps -c requirements/constraints.txt -r $(NO_DEPS))
 	$(PY) scripts/fix_wheel_cmake.py $(VENV)
 	touch $@
