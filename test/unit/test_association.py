@@ -53,11 +53,13 @@ def flip(code: int, bits: int) -> int:
 
 # --------------------------------------------------------------------------- the interfaces
 def test_decision_and_token_ref_map_onto_the_messages_field_for_field():
-    published = [f.name for f in dataclasses.fields(TokenRef)][:7]
+    names = [f.name for f in dataclasses.fields(TokenRef)]
     renamed = {"stamp_ns": "stamp"}
     # summary: what a chosen vision token showed, in words, which the node makes of the payload
-    assert [renamed.get(n, n) for n in published] + ["summary"] == msg_fields("TokenRef.msg")
-    assert [f.name for f in dataclasses.fields(TokenRef)][7:] == ["token_id", "payload"]
+    assert [renamed.get(n, n) for n in names[:7]] + ["summary"] + names[9:] == msg_fields(
+        "TokenRef.msg"
+    )
+    assert names[7:9] == ["token_id", "payload"]
     renamed = {
         "decided_ns": "header",
         "window_before_ns": "window_before",
