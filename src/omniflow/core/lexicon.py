@@ -210,6 +210,7 @@ class WordSpace:
             raise ValueError(f"the word vectors lack the labels {missing[:5]}")
         self._label_rows = np.array([self._index[label] for label in COCO_LABELS])
         self._label_of = {label: label for label in COCO_LABELS}
+        self._multiword = [label for label in COCO_LABELS if " " in label]
         for label, close in CLOSE_WORDS.items():
             for word in close:
                 self._label_of.setdefault(word, label)
@@ -264,6 +265,10 @@ class WordSpace:
     def query(self, text: str) -> Query:
         """The :class:`Query` of a (partial or final) transcript."""
         words, points = content_words(text)
+        said = " ".join(_WORD.findall(text.lower()))
+        named = [label for label in self._multiword if f" {label} " in f" {said} "]
+        if named:  # "dining table", "teddy bear": the whole label
+            return Query(text, words, named[0], self.code(named[0]), 1.0, points)
         best, best_similarity = None, 0.0
         labels = self.vectors[self._label_rows]
         for word in words:
