@@ -780,7 +780,7 @@ class FusionPipeline:
             try:
                 result = self.engines.recognizer.poll_final()
             except EngineError:
-                self._finals_due.popleft()
+                self._open.pop(self._finals_due.popleft()[0], None)  # no words will come
                 raise
             if result is None:
                 return
