@@ -255,9 +255,11 @@ class Associator:
     freshness policy after each decision. At most ``max_pending`` requests wait (the oldest
     is dropped and counted beyond that); when the ring was reset (its clock jumped back)
     requests made before the reset are dropped, since their window belongs to another
-    timeline. Cost of a decision: one ring query (O(log n + m)) and m gate checks. No Bloom
-    pre-test: every candidate's score is reported, and for a window of a few tokens direct
-    Hamming distances are cheaper (see :class:`~omniflow.core.semantic.BloomFilter`).
+    timeline. Cost of a decision: one ring query (O(log n + m)) and m gate checks (a Hamming
+    distance, and with words a look-up of each word in the candidate's Bloom filter). Codes
+    are compared directly rather than through a band filter of the window: every
+    candidate's score is reported, and for a window of a few tokens direct Hamming distances
+    are cheaper (see :class:`~omniflow.core.semantic.BloomFilter`).
     """
 
     def __init__(

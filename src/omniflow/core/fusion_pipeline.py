@@ -882,16 +882,13 @@ class FusionPipeline:
         labels = tuple(getattr(result, "labels", ()) or ())
         pointed = getattr(result, "pointed", None)
         words = self.engines.words
-        code, bloom, sight = int(result.code), None, None
+        sight = words.sight(labels, pointed) if words is not None else Sight(labels, pointed)
+        bloom = None
         if words is not None:
-            sight = words.sight(labels, pointed)
             bloom = BloomFilter(bits=BLOOM_BITS, hashes=3)
             for word in sight.words:
                 bloom.add_word(word)
-            if sight.main is not None:
-                code = sight.code
-        else:
-            sight = Sight(labels, pointed)
+        code = sight.code if sight.main is not None and words is not None else int(result.code)
         token_id = self._insert(
             Token(stamp_ns, Modality.VISION, code, VisionPayload(summary, sight, bloom, rgb))
         )
@@ -910,8 +907,13 @@ class FusionPipeline:
         held, self._finals_held = self._finals_held, []
         for final in held:
             onset_ns = self._open.pop(final.utterance_id, final.start_ns)
-            query = self.engines.words.query(final.text)
-            trigger = Token(onset_ns, Modality.TEXT, query.code or 0)
+            try:
+                query = self.engines.words.query(final.text)
+            except Exception as err:  # the embedder failed: decide by time, keep the final
+                self._stage_error("associate", err)
+                query = None
+            code = query.code if query is not None and query.code is not None else 0
+            trigger = Token(onset_ns, Modality.TEXT, code)
             self.associator.request(trigger, Ask(final.utterance_id, query, look_back))
         # What an utterance, open or to come, may still look back to is never retired.
         self.associator.keep_from_ns = min(self._open.values(), default=self._now_ns) - look_back

@@ -193,7 +193,8 @@ class BloomFilter:
     building the filter and testing one code costs about 8x a direct Hamming scan of the
     same codes, so the associator scores candidates directly (it must report every
     candidate's score anyway). The filter pays off for "anything like this?" over many
-    codes, where only a yes/no is needed.
+    codes, where only a yes/no is needed, and as a vision token's set of label words
+    (:meth:`add_word`), tested once per word of a query.
     """
 
     def __init__(self, bits: int = 1024, hashes: int = 3, bands: int = 4) -> None:
