@@ -541,3 +541,29 @@ def test_the_explanation_names_time_hamming_and_bloom_of_every_candidate(words):
     assert "no word of 'mug' in its filter" in cat.reason
     assert 0 <= cat.hamming <= 32 and cup.hamming <= 12
     assert (empty.hamming, empty.labels, empty.score) == (-1, (), 0.0)  # nothing to compare
+
+
+def test_the_message_carries_the_explanation_and_the_dialogue_reads_its_utterance(words):
+    from omniflow.core.association import VisionPayload
+    from omniflow.ros.dialogue_io import chosen_tokens
+    from omniflow.ros.fusion_messages import association_msg
+
+    frames = [(T0 - 60 * MS, CAT, None), (T0 + 10 * MS, CUP, "cup")]
+    decision = decide(words, frames, "Is that cat asleep?")
+    chosen = decision.chosen[0]
+    shown = VisionPayload((("hand", "top-left"),), words.sight(CAT))
+    decision = dataclasses.replace(
+        decision,
+        candidates=tuple(
+            dataclasses.replace(c, payload=shown) if c.chosen else c for c in decision.candidates
+        ),
+    )
+    msg = association_msg(decision)
+    assert (msg.utterance_id, msg.query) == (3, "cat, this -> cup")
+    cat, cup = msg.candidates
+    assert cat.chosen and cat.summary == "cat; hand pointing top-left"
+    assert (cat.time_offset_ns, cat.hamming, cat.bloom_hit) == (-60 * MS, 0, True)
+    assert (list(cat.labels), cat.pointed) == (["cat"], "")
+    assert (list(cup.labels), cup.pointed, cup.summary) == (list(CUP), "cup", "")
+    assert cup.bloom_hit  # "that" points at the cup too: both named
+    assert chosen_tokens(msg) == (T0, [(chosen.stamp_ns, cat.summary)], 3)
