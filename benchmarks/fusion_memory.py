@@ -3,7 +3,7 @@
 
 The fusion node's pipeline, without ROS or DDS:
 :class:`~omniflow.core.fusion_pipeline.FusionPipeline` with the node's default settings (a
-128-slot token ring, the 80/120 ms association window, 40 ms slices, preroll, the cut at
+256-slot token ring, the 80/120 ms association window, 40 ms slices, preroll, the cut at
 15 s, the echo stage unless ``--no-echo``), the webrtc VAD, the pocketsphinx recogniser on
 every chunk of speech (partials as they change, finals handed over as the node does) and the
 default vision encoder (mediapipe detectors + frame descriptor + LSH) on frames at
@@ -109,7 +109,7 @@ class Pipeline:
             echo=EchoSettings() if echo else None,
         )
         config = FusionConfig(
-            ring_capacity=128,
+            ring_capacity=256,
             window_before_ns=80 * NS_PER_MS,
             window_after_ns=120 * NS_PER_MS,
             slice_ns=40 * NS_PER_MS,

@@ -27,6 +27,17 @@ Timeline (seconds from the start):
           playback stops 0.3 s later (what a speech node would do on an INTERRUPTED state)
     9.5   the hand withdraws; silence to the end (12.0)
 
+``--scenario two-objects`` writes ``test/data/samples/two_objects.mcap`` instead: two objects
+seen at different moments and a question naming the one that has gone (what the semantic
+association is tested on; 10 frames/s, no robot speech):
+
+    0.0   scikit-image's "chelsea" (a cat)
+    2.5   the scene cuts to "coffee" (a cup on a saucer)
+    3.2   the user asks "What colour is the cat?" while the cup is on screen
+    5.0   the hand enters and points at the cup from 5.6 (until 7.5)
+    5.8   the user asks "What is this?"
+    8.0   end
+
 How it is made: espeak-ng speaks the user's and the robot's lines (en-us, 150 and 175
 words/min), resampled to 16 kHz (scripts/make_sample_audio.py's ``synthesise``); the
 microphone is the user's speech plus the echo of the played audio plus white noise at
@@ -34,13 +45,14 @@ microphone is the user's speech plus the echo of the played audio plus white noi
 320x240 and drawn over with the marker. Deterministic for a given espeak-ng, scikit-image
 and rosbags version. zstd-compressed MCAP chunks keep it at a few MB (refused above 10 MB).
 
-    python scripts/make_sample_session.py [--out test/data/samples/session.mcap]
+    python scripts/make_sample_session.py [--scenario session|two-objects] [--out PATH]
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import cv2
@@ -53,34 +65,79 @@ from make_sample_audio import synthesise  # noqa: E402
 from omniflow.bag import BagMessage, encode, typestore, write_mcap_file  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_OUT = REPO / "test" / "data" / "samples" / "session.mcap"
+SAMPLES = REPO / "test" / "data" / "samples"
 START_NS = 1_767_225_600 * 1_000_000_000  # 2026-01-01T00:00:00Z
 RATE = 16000
 CHUNK = 640  # 40 ms microphone blocks
 CHUNK_NS = CHUNK * 1_000_000_000 // 16000  # a block is published once its last sample is in
 PLAYED_BLOCK = 320  # 20 ms speaker blocks
-FPS = 15.0
 WIDTH, HEIGHT = 320, 240
-DURATION_S = 12.0
 ECHO_GAIN, ECHO_DELAY_S = 0.316, 0.025  # -10 dB, 25 ms
 NOISE_DBFS = -60.0
 MAX_BYTES = 10_000_000
 
-USER_LINES = ((1.0, "What is this?"), (7.5, "Stop. What is that animal?"))
-ROBOT_LINES = (
-    (3.2, "That is a cup of coffee on a saucer.", None),
-    (
-        6.4,
-        "Coffee is brewed from roasted beans, and many people drink it hot "
-        "every morning before work.",
-        7.8,
+
+@dataclass(frozen=True)
+class Scenario:
+    """One session: what the user says ((start s, text)), what the robot plays ((start s,
+    text, cut at s or None)), the scenes ((from s, to s, photograph, marker path: (t0, x0,
+    y0) -> (t1, x1, y1) segments, pixel coords)), its length and frame rate."""
+
+    out: str
+    user_lines: tuple
+    robot_lines: tuple
+    scenes: tuple
+    duration_s: float
+    fps: float
+
+
+SCENARIOS = {
+    "session": Scenario(
+        "session.mcap",
+        user_lines=((1.0, "What is this?"), (7.5, "Stop. What is that animal?")),
+        robot_lines=(
+            (3.2, "That is a cup of coffee on a saucer.", None),
+            (
+                6.4,
+                "Coffee is brewed from roasted beans, and many people drink it hot "
+                "every morning before work.",
+                7.8,
+            ),
+        ),
+        scenes=(
+            (
+                0.0,
+                6.0,
+                "coffee",
+                ((0.0, 380, 150), (1.0, 190, 125), (3.0, 190, 125), (3.6, 380, 150)),
+            ),
+            (
+                6.0,
+                12.0,
+                "chelsea",
+                ((6.0, 380, 170), (6.6, 150, 105), (9.5, 150, 105), (10.1, 380, 170)),
+            ),
+        ),
+        duration_s=12.0,
+        fps=15.0,
     ),
-)  # (start, text, cut at)
-# (from, to, photograph, marker path: (t0, x0, y0) -> (t1, x1, y1) segments, pixel coords)
-SCENES = (
-    (0.0, 6.0, "coffee", ((0.0, 380, 150), (1.0, 190, 125), (3.0, 190, 125), (3.6, 380, 150))),
-    (6.0, 12.0, "chelsea", ((6.0, 380, 170), (6.6, 150, 105), (9.5, 150, 105), (10.1, 380, 170))),
-)
+    "two-objects": Scenario(
+        "two_objects.mcap",
+        user_lines=((3.2, "What colour is the cat?"), (5.8, "What is this?")),
+        robot_lines=(),
+        scenes=(
+            (0.0, 2.5, "chelsea", ()),
+            (
+                2.5,
+                8.0,
+                "coffee",
+                ((5.0, 380, 150), (5.6, 190, 125), (7.5, 190, 125), (8.0, 380, 150)),
+            ),
+        ),
+        duration_s=8.0,
+        fps=10.0,
+    ),
+}
 
 
 def photograph(name: str) -> np.ndarray:
@@ -116,12 +173,12 @@ def draw_hand(frame: np.ndarray, tip: tuple[int, int]) -> None:
     cv2.rectangle(frame, (x + 80, y + 30), (x + 130, y + 55), skin, -1)  # wrist
 
 
-def frames() -> list[tuple[float, np.ndarray]]:
-    photos = {name: photograph(name) for _, _, name, _ in SCENES}
+def frames(scenario: Scenario) -> list[tuple[float, np.ndarray]]:
+    photos = {name: photograph(name) for _, _, name, _ in scenario.scenes}
     out = []
-    for k in range(int(DURATION_S * FPS)):
-        t = k / FPS
-        start, end, name, path = next(s for s in SCENES if s[0] <= t < s[1])
+    for k in range(int(scenario.duration_s * scenario.fps)):
+        t = k / scenario.fps
+        start, end, name, path = next(s for s in scenario.scenes if s[0] <= t < s[1])
         frame = photos[name].copy()
         tip = marker_position(path, t)
         if tip is not None:
@@ -144,13 +201,13 @@ def place(
     track[start:stop] += samples[: stop - start].astype(np.float64) * gain
 
 
-def audio_tracks() -> tuple[np.ndarray, np.ndarray]:
+def audio_tracks(scenario: Scenario) -> tuple[np.ndarray, np.ndarray]:
     """(microphone, played) as int16 at 16 kHz."""
-    total = int(DURATION_S * RATE)
+    total = int(scenario.duration_s * RATE)
     mic, played = np.zeros(total), np.zeros(total)
-    for at, text in USER_LINES:
+    for at, text in scenario.user_lines:
         place(mic, synthesise(text, words_per_minute=150), at)
-    for at, text, cut in ROBOT_LINES:
+    for at, text, cut in scenario.robot_lines:
         voice = synthesise(text, words_per_minute=175)
         place(played, voice, at, until_s=cut)
         place(
@@ -166,7 +223,7 @@ def audio_tracks() -> tuple[np.ndarray, np.ndarray]:
     return as_int16[0], as_int16[1]
 
 
-def messages() -> list[BagMessage]:
+def messages(scenario: Scenario) -> list[BagMessage]:
     store = typestore()
     Time = store.types["builtin_interfaces/msg/Time"]
     Header = store.types["std_msgs/msg/Header"]
@@ -184,7 +241,7 @@ def messages() -> list[BagMessage]:
             BagMessage(topic, msgtype, START_NS + offset_ns + latency_ns, encode(msg, msgtype))
         )
 
-    mic, played = audio_tracks()
+    mic, played = audio_tracks(scenario)
     for seq, start in enumerate(range(0, len(mic) - CHUNK + 1, CHUNK)):
         offset = start * 1_000_000_000 // RATE
         add(
@@ -219,7 +276,7 @@ def messages() -> list[BagMessage]:
                 data=np.frombuffer(block.tobytes(), dtype=np.uint8),
             ),
         )
-    for t, frame in frames():
+    for t, frame in frames(scenario):
         offset = round(t * 1e9)
         add(
             "image_raw",
@@ -241,16 +298,23 @@ def messages() -> list[BagMessage]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="MCAP file to write")
+    parser.add_argument(
+        "--scenario", choices=sorted(SCENARIOS), default="session", help="which session"
+    )
+    parser.add_argument(
+        "--out", type=Path, help="MCAP file to write (default: the scenario's under test/data)"
+    )
     args = parser.parse_args(argv)
-    if args.out.exists():
-        args.out.unlink()
-    write_mcap_file(args.out, messages())
-    size = args.out.stat().st_size
+    scenario = SCENARIOS[args.scenario]
+    out = args.out or SAMPLES / scenario.out
+    if out.exists():
+        out.unlink()
+    write_mcap_file(out, messages(scenario))
+    size = out.stat().st_size
     if size > MAX_BYTES:
-        args.out.unlink()
-        raise SystemExit(f"{args.out} would be {size / 1e6:.1f} MB (> {MAX_BYTES / 1e6:.0f} MB)")
-    print(f"wrote {args.out}: {DURATION_S:.1f} s, {size / 1e6:.2f} MB")
+        out.unlink()
+        raise SystemExit(f"{out} would be {size / 1e6:.1f} MB (> {MAX_BYTES / 1e6:.0f} MB)")
+    print(f"wrote {out}: {scenario.duration_s:.1f} s, {size / 1e6:.2f} MB")
     return 0
 
 

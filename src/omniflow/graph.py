@@ -72,7 +72,8 @@ TOPICS = (
         "omniflow/msg/Association",
         EVENTS,
         "fusion",
-        "which frames joined the context of each speech onset, and why",
+        "which frames joined the context of each utterance (at its onset by time, then by "
+        "the words of its final: a named object, or the one pointed at), and why",
     ),
     TopicSpec(
         "voice_activity",

@@ -63,9 +63,12 @@ def _voice_activity(run: report.Run) -> list[dict]:
 
 
 def _associations(run: report.Run) -> list[dict]:
-    return [
+    """By trigger: an utterance's second decision (by the words of its final) comes when
+    Whisper is done, which may be after the next utterance's first."""
+    found = [
         {"trigger_s": a["trigger_s"], "chosen_s": a["chosen_s"]} for a in report.associations(run)
     ]
+    return sorted(found, key=lambda a: a["trigger_s"])
 
 
 def _transcripts(run: report.Run) -> list[dict]:

@@ -53,11 +53,13 @@ def flip(code: int, bits: int) -> int:
 
 # --------------------------------------------------------------------------- the interfaces
 def test_decision_and_token_ref_map_onto_the_messages_field_for_field():
-    published = [f.name for f in dataclasses.fields(TokenRef)][:7]
+    names = [f.name for f in dataclasses.fields(TokenRef)]
     renamed = {"stamp_ns": "stamp"}
     # summary: what a chosen vision token showed, in words, which the node makes of the payload
-    assert [renamed.get(n, n) for n in published] + ["summary"] == msg_fields("TokenRef.msg")
-    assert [f.name for f in dataclasses.fields(TokenRef)][7:] == ["token_id", "payload"]
+    assert [renamed.get(n, n) for n in names[:7]] + ["summary"] + names[9:] == msg_fields(
+        "TokenRef.msg"
+    )
+    assert names[7:9] == ["token_id", "payload"]
     renamed = {
         "decided_ns": "header",
         "window_before_ns": "window_before",
@@ -451,3 +453,117 @@ def test_window_association_equals_a_brute_force_reference(
                         tok["unused"],
                         tok["resolution"],
                     )
+
+
+# --------------------------------------------------------------------------- by meaning
+@pytest.fixture(scope="module")
+def words():
+    from omniflow.engines.embedding import load_word_space
+
+    return load_word_space()
+
+
+def sight_token(words, stamp: int, labels: tuple, pointed: str | None = None) -> Token:
+    from omniflow.core.association import VisionPayload
+    from omniflow.core.semantic import BloomFilter
+
+    sight = words.sight(labels, pointed)
+    bloom = BloomFilter(bits=512)
+    for word in sight.words:
+        bloom.add_word(word)
+    return Token(stamp, Modality.VISION, sight.code, VisionPayload((), sight, bloom))
+
+
+def decide(words, frames: list[tuple[int, tuple, str | None]], text: str | None, look_back_ms=3000):
+    from omniflow.core.association import Ask
+
+    ring = TokenRing()
+    for stamp, labels, pointed in frames:
+        ring.insert(sight_token(words, stamp, labels, pointed))
+    assoc = Associator(ring, gate=Gate(max_hamming=10), freshness=None)
+    query = words.query(text) if text is not None else None
+    return assoc.decide(1, speech(T0, 0), T0, Ask(3, query, look_back_ms * MS))
+
+
+CUP, CAT = ("cup", "dining table"), ("cat",)
+
+
+@pytest.mark.parametrize(
+    ("text", "look_back_ms", "expected_ms", "query"),
+    [
+        (None, 0, 10, ""),  # a START: no words, the frame nearest the onset
+        ("What is on the table?", 0, 10, "table"),  # the table is in the cup's frame
+        ("What colour is the cat?", 0, -60, "cat"),  # the window holds both: the cat's
+        ("What colour is the cat?", 2000, -60, "cat"),
+        ("Is my kitten hungry?", 0, -60, "kitten"),  # a close word in the cat's filter
+        ("Hello there", 0, 10, ""),  # no object word: time
+    ],
+)
+def test_the_named_object_is_chosen_and_otherwise_the_nearest_frame(
+    words, text, look_back_ms, expected_ms, query
+):
+    frames = [(T0 - 60 * MS, CAT, None), (T0 + 10 * MS, CUP, None)]
+    decision = decide(words, frames, text, look_back_ms)
+    assert decision.chosen[0].time_offset_ns == expected_ms * MS
+    assert (decision.query, decision.utterance_id) == (query, 3)
+
+
+def test_a_named_object_is_looked_for_further_back_than_the_window(words):
+    frames = [(T0 - 1500 * MS, CAT, None), (T0 + 10 * MS, CUP, None)]
+    assert decide(words, frames, "What colour is the cat?").chosen[0].labels == CAT  # 3 s
+    narrow = decide(words, frames, "What colour is the cat?", look_back_ms=1000)
+    assert [c.labels for c in narrow.candidates] == [CUP]  # the cat is out of reach
+    timed = decide(words, frames, "What is this?")  # nothing named: the window
+    assert [c.labels for c in timed.candidates] == [CUP]
+
+
+def test_this_is_the_object_the_hand_points_at(words):
+    frames = [(T0 - 40 * MS, CUP, "cup"), (T0 + 30 * MS, CAT, None)]
+    decision = decide(words, frames, "What is this?")
+    (chosen,) = decision.chosen
+    assert (chosen.labels, chosen.pointed, chosen.bloom_hit) == (CUP, "cup", True)
+    assert decision.query == "this -> cup"
+    (other,) = [c for c in decision.candidates if not c.chosen]
+    assert other.reason.startswith("lower score than chosen (0.000 < 1.000)")
+    unpointed = decide(
+        words, [(T0 - 40 * MS, CUP, None), (T0 + 30 * MS, CAT, None)], "What is this?"
+    )
+    assert unpointed.query == "this -> nothing pointed at"
+    assert unpointed.chosen[0].labels == CAT  # nearest
+
+
+def test_the_explanation_names_time_hamming_and_bloom_of_every_candidate(words):
+    frames = [(T0 - 60 * MS, CAT, None), (T0 + 10 * MS, CUP, None), (T0 + 50 * MS, (), None)]
+    decision = decide(words, frames, "Is the mug full?")
+    cat, cup, empty = decision.candidates
+    assert cup.chosen and cup.bloom_hit and cup.reason == ""  # "mug" is in the cup's filter
+    assert (cat.bloom_hit, cat.time_offset_ns) == (False, -60 * MS)
+    assert "no word of 'mug' in its filter" in cat.reason
+    assert 0 <= cat.hamming <= 32 and cup.hamming <= 12
+    assert (empty.hamming, empty.labels, empty.score) == (-1, (), 0.0)  # nothing to compare
+
+
+def test_the_message_carries_the_explanation_and_the_dialogue_reads_its_utterance(words):
+    from omniflow.core.association import VisionPayload
+    from omniflow.ros.dialogue_io import chosen_tokens
+    from omniflow.ros.fusion_messages import association_msg
+
+    frames = [(T0 - 60 * MS, CAT, None), (T0 + 10 * MS, CUP, "cup")]
+    decision = decide(words, frames, "Is that cat asleep?")
+    chosen = decision.chosen[0]
+    shown = VisionPayload((("hand", "top-left"),), words.sight(CAT))
+    decision = dataclasses.replace(
+        decision,
+        candidates=tuple(
+            dataclasses.replace(c, payload=shown) if c.chosen else c for c in decision.candidates
+        ),
+    )
+    msg = association_msg(decision)
+    assert (msg.utterance_id, msg.query) == (3, "cat, this -> cup")
+    cat, cup = msg.candidates
+    assert cat.chosen and cat.summary == "cat; hand pointing top-left"
+    assert (cat.time_offset_ns, cat.hamming, cat.bloom_hit) == (-60 * MS, 0, True)
+    assert (list(cat.labels), cat.pointed) == (["cat"], "")
+    assert (list(cup.labels), cup.pointed, cup.summary) == (list(CUP), "cup", "")
+    assert cup.bloom_hit  # "that" points at the cup too: both named
+    assert chosen_tokens(msg) == (T0, [(chosen.stamp_ns, cat.summary)], 3)

@@ -1,6 +1,7 @@
 """The fusion pipeline (tier 1, no ROS) with scripted engines: preroll, the forced cut at
 ``vad.max_utterance_s``, stream restarts, the echo wait, finals handed over late, the vision
-rate and the association window."""
+rate, the association window, the onset frame, the decision by the final's words and
+freshness at the vision rate."""
 
 from __future__ import annotations
 
@@ -487,3 +488,113 @@ def test_a_source_is_pulled_again_for_audio_that_arrives_during_the_pass():
     pipeline.step(T0 + 2 * CHUNK_NS)  # a slice: the newest frame, at its ingest stage
     assert source.frames_taken == 1
     assert engines.vision.stamps == [T0 + 20 * NS_PER_MS]
+
+
+# ----------------------------------------------------------------------------- by meaning
+@dataclass(frozen=True)
+class Labelled:
+    code: int
+    observations: tuple
+    labels: tuple
+    pointed: str | None = None
+
+
+class LabelledVision:
+    """Frames whose first pixel is 1 show a cat, the others a cup on a table."""
+
+    def __init__(self) -> None:
+        self.stamps: list[int] = []
+
+    def encode(self, rgb: np.ndarray, stamp_ns: int) -> Labelled:
+        self.stamps.append(stamp_ns)
+        labels = ("cat",) if rgb[0, 0, 0] == 1 else ("cup", "dining table")
+        return Labelled(0, (), labels)
+
+
+class SayingRecognizer(ScriptedRecognizer):
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
+    def end(self) -> None:
+        super().end()
+        self.ended[-1] = Final(self.text)
+
+
+@pytest.fixture(scope="module")
+def words():
+    from omniflow.engines.embedding import load_word_space
+
+    return load_word_space()  # the shipped label vectors; no embedder needed for these words
+
+
+def feed_scene(pipeline: FusionPipeline, levels: list[int], cat_until: int, every: int) -> list:
+    """One chunk per level from T0; a frame every ``every`` chunks, a cat before chunk
+    ``cat_until``, then a cup."""
+    events = []
+    for i, level in enumerate(levels):
+        stamp = T0 + i * CHUNK_NS
+        frame = None
+        if i % every == 0:
+            rgb = np.zeros((48, 64, 3), np.uint8)
+            rgb[0, 0, 0] = 1 if i < cat_until else 0
+            frame = (stamp, rgb)
+        events += pipeline.step(stamp + CHUNK_NS, audio=[(stamp, chunk(level, i))], frame=frame)
+    return events
+
+
+def test_the_frame_nearest_the_onset_is_encoded_though_the_vision_rate_is_low(words):
+    engines = FusionEngines(ScriptedVad(confirm=3), SayingRecognizer("hello"), LabelledVision())
+    engines.words = words
+    pipeline = FusionPipeline(config(vision_rate_hz=0.5), engines, clock=lambda: 0)
+    events = feed_scene(pipeline, [QUIET] * 30 + [LOUD] * 15 + [QUIET] * 10, 1000, every=2)
+    onset = T0 + 30 * CHUNK_NS
+    assert onset in engines.vision.stamps  # at 0.5 Hz only T0 and T0 + 2 s would be
+    by_time, by_words = of(events, Decision)
+    assert by_time.chosen[0].stamp_ns == onset and by_time.utterance_id == 1
+    assert by_words.query == "" and by_words.chosen[0].stamp_ns == onset  # no object named
+
+
+def test_without_the_onset_ring_a_low_vision_rate_leaves_the_window_empty(words):
+    engines = FusionEngines(ScriptedVad(confirm=3), SayingRecognizer("hello"), LabelledVision())
+    pipeline = FusionPipeline(config(vision_rate_hz=0.5, onset_ring_ns=0), engines, clock=lambda: 0)
+    events = feed_scene(pipeline, [QUIET] * 30 + [LOUD] * 15 + [QUIET] * 10, 1000, every=2)
+    (decision,) = of(events, Decision)
+    assert decision.candidates == ()
+
+
+def test_the_final_asks_again_by_its_words_and_is_handed_out_after_that_decision(words):
+    engines = FusionEngines(
+        ScriptedVad(confirm=3), SayingRecognizer("What colour is the cat?"), LabelledVision()
+    )
+    engines.words = words
+    pipeline = FusionPipeline(config(), engines, clock=lambda: 0)
+    # a cat until 1.0 s, then the cup; the question at 1.4 s
+    events = feed_scene(pipeline, [QUIET] * 35 + [LOUD] * 20 + [QUIET] * 10, 25, every=2)
+    ordered = [e for e in events if isinstance(e, Decision) or getattr(e, "final", False)]
+    assert [type(e).__name__ for e in ordered] == ["Decision", "Decision", "TranscriptEvent"]
+    by_time, by_words, final = ordered
+    assert by_time.chosen[0].labels == ("cup", "dining table")
+    assert (by_words.query, by_words.utterance_id, final.utterance_id) == ("cat", 1, 1)
+    (chosen,) = by_words.chosen
+    assert chosen.labels == ("cat",) and chosen.bloom_hit and chosen.hamming == 0
+    assert chosen.stamp_ns == T0 + 24 * CHUNK_NS  # the last cat frame: the nearest of them
+    assert by_words.window_before_ns == pipeline.config.look_back_ns
+
+
+def test_unused_frames_shrink_to_a_quarter_at_the_vision_rate_and_save_memory(words):
+    def held(freshness_limit: int) -> tuple[list, int]:
+        engines = FusionEngines(ScriptedVad(), None, LabelledVision(), words=words)
+        pipeline = FusionPipeline(config(unused_limit=freshness_limit), engines, clock=lambda: 0)
+        feed_scene(pipeline, [QUIET] * 75, 1000, every=5)  # 3 s, 5 frames/s, no speech
+        tokens = list(pipeline.ring.query(0, 2**62, Modality.VISION))
+        return tokens, sum(t.payload.nbytes for t in tokens)
+
+    tokens, fresh_bytes = held(3)
+    assert len(tokens) == 15
+    shapes = [t.payload.image.shape for t in tokens]
+    assert shapes[-3:] == [(48, 64, 3)] * 3  # the newest three: full resolution
+    assert shapes[:-3] == [(24, 32, 3)] * 12  # left out of three rounds or more: a quarter
+    assert all(t.resolution.name == "QUARTER" for t in tokens[:-3])
+    _, stale_bytes = held(100)  # freshness that never fires in 3 s
+    assert fresh_bytes * 15 == stale_bytes * (3 + 12 / 4)  # 40 % of the frames' bytes

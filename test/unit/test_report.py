@@ -49,6 +49,10 @@ def transcript(
     )
 
 
+# TokenRef's explanation of a score, left at "nothing compared" (the report does not read it)
+UNEXPLAINED = {"time_offset_ns": 0, "hamming": -1, "bloom_hit": False, "labels": [], "pointed": ""}
+
+
 def ref(ms: float, chosen: bool, score: float = 0.5):
     return msg(
         "omniflow/msg/TokenRef",
@@ -60,6 +64,7 @@ def ref(ms: float, chosen: bool, score: float = 0.5):
         chosen=chosen,
         reason="" if chosen else "lower score",
         summary="hand pointing top-left" if chosen else "",
+        **UNEXPLAINED,
     )
 
 
@@ -79,10 +84,13 @@ def association(decision: int, trigger_ms: float, chosen_ms: list[float], others
             chosen=True,
             reason="",
             summary="",
+            **UNEXPLAINED,
         ),
         window_before=duration(sec=0, nanosec=80 * MS),
         window_after=duration(sec=0, nanosec=120 * MS),
         candidates=[ref(c, True) for c in chosen_ms] + [ref(c, False) for c in others],
+        utterance_id=0,
+        query="",
     )
 
 

@@ -236,7 +236,49 @@ T = 5_000 * MS
     ],
 )
 def test_gate_decisions(gate, code, stamp, expected):
-    assert gate.evaluate(0, T, code, stamp) == expected
+    result = gate.evaluate(0, T, code, stamp)
+    assert result[:3] == expected[:3]
+    assert (result.hamming, result.bloom_hit) == ((code & 0xFFFF_FFFF).bit_count(), False)
+
+
+def _filter(*words: str) -> BloomFilter:
+    bloom = BloomFilter(bits=512, hashes=3)
+    for word in words:
+        bloom.add_word(word)
+    return bloom
+
+
+@pytest.mark.parametrize(
+    ("trigger", "code", "words", "bloom", "expected"),
+    [
+        # named and shown: Bloom hit and equal codes
+        (0b0, 0b0, ("cat",), _filter("cat", "kitten"), GateResult(True, 1.0, "", 0, True)),
+        # a close word in the filter, codes 8 bits apart (within 10)
+        (0b0, 0xFF, ("mug",), _filter("cup", "mug"), GateResult(True, 0.875, "", 8, True)),
+        # another object: no hit, codes too far apart to count
+        (
+            0b0,
+            (1 << 15) - 1,
+            ("cat",),
+            _filter("cup", "mug"),
+            GateResult(True, 0.0, "hamming 15 > 10; no word of 'cat' in its filter", 15, False),
+        ),
+        # a frame without labels has no code: nothing to compare
+        (0b0, None, ("cat",), None, GateResult(True, 0.0, "no word of 'cat' in its filter")),
+        # no words (a speech onset): every candidate scores 0, time decides
+        (None, 0b0, (), _filter("cup"), GateResult(True, 0.0, "")),
+    ],
+)
+def test_gate_by_meaning(trigger, code, words, bloom, expected):
+    assert Gate(10).evaluate(trigger, T, code, T, words=words, bloom=bloom) == expected
+
+
+def test_bloom_filter_words_have_no_false_negatives_and_few_false_hits():
+    words = [f"word{i}" for i in range(30)]
+    bloom = _filter(*words)
+    assert all(bloom.has_word(w.upper()) for w in words)  # case does not matter
+    false_hits = sum(bloom.has_word(f"other{i}") for i in range(2000))
+    assert false_hits / 2000 <= 3 * bloom.expected_fpr + 0.002
 
 
 @pytest.mark.parametrize(

@@ -177,3 +177,38 @@ def test_trim_oldest_keeps_the_newest_entries():
     table = {i: str(i) for i in range(10)}
     trim_oldest(table, 3)
     assert table == {7: "7", 8: "8", 9: "9"}
+
+
+def test_the_newest_association_of_the_utterance_wins_over_the_one_at_its_start():
+    ctx = context_with_speech()
+    ctx.add_association(T0, [(T0, "cup; dining table")], utterance_id=5)  # at START: time
+    ctx.add_association(T0, [(T0 - 2 * NS_PER_S, "cat")], utterance_id=5)  # by the words
+    ctx.add_association(T0, [(T0, "something else")], utterance_id=6)
+    assert ctx.seen(5, T0, MAX_AGE) == Seen("cat", (T0 - 2 * NS_PER_S,))
+
+
+def test_a_chosen_frame_is_kept_until_the_turn_of_its_utterance_ends():
+    ctx = context_with_speech()
+    cat_ns = T0 - 2 * NS_PER_S
+    ctx.add_frame(cat_ns, "cat frame")
+    ctx.add_scene(cat_ns, "a cat", False)  # fusion encoded it: kept beyond the newest 48
+    for i in range(100):  # 3.3 s at 30 frames/s push it out of the newest frames
+        ctx.add_frame(T0 + i * 33 * NS_PER_MS, f"frame {i}")
+    ctx.add_association(T0, [(cat_ns, "a cat")], utterance_id=5)
+    for i in range(100, 160):  # the final takes a while; the encoded frames roll on too
+        ctx.add_frame(T0 + i * 33 * NS_PER_MS, f"frame {i}")
+        ctx.add_scene(T0 + i * 33 * NS_PER_MS, "a cup", False)
+    assert ctx.frames([cat_ns]) == ["cat frame"]  # pinned by the association
+    prompt = ctx.begin_turn(spoken(), SYSTEM, T0, vision=True, max_age_ns=MAX_AGE, decode=str)
+    assert prompt.images == ("cat frame",)
+    ctx.end_turn(TurnEnded(1, "done", "It is grey.", "finished"), T0, 16)
+    assert ctx.frames([cat_ns]) == []  # released with its turn
+
+
+def test_a_frame_chosen_before_it_arrives_is_kept_when_it_comes():
+    ctx = context_with_speech()
+    ctx.add_association(T0, [(T0, "a cup")], utterance_id=5)
+    ctx.add_frame(T0 + 10 * NS_PER_MS, "late frame")
+    for i in range(1, 100):
+        ctx.add_frame(T0 + i * 33 * NS_PER_MS, f"frame {i}")
+    assert ctx.frames([T0]) == ["late frame"]

@@ -29,7 +29,24 @@ One microphone chunk takes this path (see :meth:`FusionPipeline.process_audio`):
 The slices (:class:`~omniflow.core.scheduler.TdmScheduler`) run ingest (audio left over),
 encode (the newest frame, when the vision rate allows), associate (triggers whose window
 closed, one slice of slack for late frames) and emit (transcripts, scenes, decisions and an
-ONGOING while speech lasts). No ROS imports.
+ONGOING while speech lasts).
+
+Association, in two steps per utterance (the words come after the onset):
+
+- at the speech START the onset is a trigger without words; the frame nearest the onset is
+  encoded even when the vision rate is low (the newest ``onset_ring_ns`` of raw frames are
+  kept for it), and when the window has closed the frame nearest the onset is chosen;
+- when the final transcript is in, the same onset is asked again with the transcript's
+  :class:`~omniflow.core.lexicon.Query` (``engines.words`` makes it): a named object is
+  looked for ``look_back_ns`` back, "this" resolves to what the hand points at, and the
+  frames are scored by their Bloom filter and code (:class:`~omniflow.core.semantic.Gate`).
+  That decision is handed out just before the final transcript, so the dialogue has it when
+  the turn starts.
+
+A vision token's payload is a :class:`~omniflow.core.association.VisionPayload` (labels, code,
+Bloom filter, the frame); each newly encoded frame is a freshness round for the older ones
+(quarter-size frame after ``unused_limit`` rounds), and tokens an utterance may still pick
+(``look_back_ns`` before the oldest open one, or before now) are not retired. No ROS imports.
 """
 
 from __future__ import annotations
@@ -43,7 +60,14 @@ from typing import Protocol
 
 import numpy as np
 
-from omniflow.core.association import Associator, Decision
+from omniflow.core.association import (
+    Ask,
+    Associator,
+    Decision,
+    Freshness,
+    VisionPayload,
+    quarter_frame,
+)
 from omniflow.core.fusion_events import (
     Activity,
     FusionEvent,
@@ -54,10 +78,11 @@ from omniflow.core.fusion_events import (
     TranscriptEvent,
     VoiceActivityEvent,
 )
+from omniflow.core.lexicon import Sight, WordSpace
 from omniflow.core.params import ParamSpec
 from omniflow.core.scene import describe, person_present
 from omniflow.core.scheduler import Slice, TdmScheduler
-from omniflow.core.semantic import CODE_BITS, Gate, LshEncoder
+from omniflow.core.semantic import CODE_BITS, BloomFilter, Gate, LshEncoder
 from omniflow.core.timing import NS_PER_MS, NS_PER_S, NS_PER_SAMPLE
 from omniflow.core.tokens import Modality, Token, TokenRing
 from omniflow.errors import EngineError
@@ -83,6 +108,13 @@ SPEAKING_NS = 300 * NS_PER_MS
 RESTART_NS = NS_PER_S
 # Chunks held by the pipeline (waiting for their reference or their slice): 4 s of 40 ms.
 MAX_PENDING_AUDIO = 100
+# A vision token may arrive this far behind the newest token (the onset frame is encoded
+# after the VAD confirmed the start, up to ~0.3 s later).
+REORDER_NS = 500 * NS_PER_MS
+# Utterances remembered between their START and their final (a lost final is forgotten).
+MAX_OPEN_UTTERANCES = 8
+# Bits of a vision token's Bloom filter of label words (a few dozen words: ~0.1 % false hits).
+BLOOM_BITS = 512
 
 
 # ----------------------------------------------------------------------------- engines
@@ -148,6 +180,10 @@ class Observation(Protocol):
 
 
 class EncodedFrame(Protocol):
+    """``omniflow.engines.vision.VisionResult``. Also read when present (``getattr``, so
+    encoders without them still fit): ``labels`` (tuple of COCO labels seen, most confident
+    first; default none) and ``pointed`` (the label a hand points at; default None)."""
+
     @property
     def code(self) -> int: ...
 
@@ -221,20 +257,23 @@ class EchoStage:
 @dataclass
 class FusionEngines:
     """What the pipeline runs; ``recognizer`` None: VAD only; ``vision`` None: no frames
-    encoded; ``echo`` None: no echo stage."""
+    encoded; ``echo`` None: no echo stage; ``words`` None: associations by time only (no
+    refinement by the transcript's words)."""
 
     vad: VoiceActivityDetector
     recognizer: Recognizer | None = None
     vision: VisionEncoder | None = None
     echo: EchoStage | None = None
+    words: WordSpace | None = None
 
 
 # The fusion node's parameters that set the pipeline (FusionConfig.from_params reads them).
 PIPELINE_PARAMS = (
     ParamSpec(
         "ring.capacity",
-        128,
-        "Slots of the temporal token ring (all streams)",
+        256,
+        "Slots of the temporal token ring (all streams: 25 audio tokens/s, and frames at "
+        "vision.rate_hz; 256 hold ~8 s, the look-back and a slow final)",
         minimum=16,
         maximum=4096,
         read_only=True,
@@ -255,6 +294,46 @@ PIPELINE_PARAMS = (
         unit="ms",
         minimum=0,
         maximum=2000,
+        read_only=True,
+    ),
+    ParamSpec(
+        "association.look_back_ms",
+        3000,
+        "How far before the speech onset a named object is looked for "
+        '("what colour is the cat?" after the cat left the view); unnamed ones use '
+        "window.before_ms",
+        unit="ms",
+        minimum=0,
+        maximum=10000,
+        read_only=True,
+    ),
+    ParamSpec(
+        "association.max_hamming",
+        10,
+        "A frame's code counts as near the named object's when at most this many of its 32 "
+        "bits differ (10: about cosine 0.7, cup/mug; unrelated words differ by ~16)",
+        minimum=0,
+        maximum=32,
+        read_only=True,
+    ),
+    ParamSpec(
+        "association.unused_limit",
+        3,
+        "Freshness: a vision token left out of this many rounds (newer frames, decisions) "
+        "keeps a quarter-size frame; at twice this it leaves the ring unless an open "
+        "utterance may still pick it",
+        minimum=1,
+        maximum=100,
+        read_only=True,
+    ),
+    ParamSpec(
+        "vision.onset_ring_ms",
+        1000,
+        "Raw frames kept so the frame nearest a speech onset is encoded even when "
+        "vision.rate_hz is low (0: off)",
+        unit="ms",
+        minimum=0,
+        maximum=5000,
         read_only=True,
     ),
     ParamSpec(
@@ -330,6 +409,10 @@ class FusionConfig:
     vision_rate_hz: float
     echo_wait_ns: int
     max_future_ns: int
+    look_back_ns: int = 3 * NS_PER_S
+    max_hamming: int = 10
+    unused_limit: int = 3
+    onset_ring_ns: int = NS_PER_S
 
     @classmethod
     def from_params(cls, params: Mapping[str, object]) -> FusionConfig:
@@ -343,6 +426,10 @@ class FusionConfig:
             vision_rate_hz=float(params["vision.rate_hz"]),
             echo_wait_ns=int(params["echo.wait_ms"]) * NS_PER_MS,
             max_future_ns=int(params["max_future_ms"]) * NS_PER_MS,
+            look_back_ns=int(params["association.look_back_ms"]) * NS_PER_MS,
+            max_hamming=int(params["association.max_hamming"]),
+            unused_limit=int(params["association.unused_limit"]),
+            onset_ring_ns=int(params["vision.onset_ring_ms"]) * NS_PER_MS,
         )
 
 
@@ -386,16 +473,21 @@ class FusionPipeline:
         self.engines = engines
         self.stats = stats if stats is not None else FusionStats()
         self._clock = clock
-        self.ring = TokenRing(config.ring_capacity, max_future_ns=config.max_future_ns)
-        # Cross-modal trigger (audio onset) against vision codes: the Hamming distance between
-        # codes of different embeddings carries no meaning, so the gate accepts on the window
-        # alone (max_hamming = all bits) and the score only orders candidates.
+        self.ring = TokenRing(
+            config.ring_capacity,
+            reorder_tolerance_ns=REORDER_NS,
+            max_future_ns=config.max_future_ns,
+        )
+        # Speech and sight meet in the word space: a START asks by time only, the final
+        # transcript by its words (the audio token's code hashes band energies, a space of
+        # its own, so it is never compared with vision codes).
         self.associator = Associator(
             self.ring,
             config.window_before_ns,
             config.window_after_ns,
-            gate=Gate(max_hamming=CODE_BITS),
+            gate=Gate(max_hamming=min(config.max_hamming, CODE_BITS)),
             modalities=(Modality.VISION,),
+            freshness=Freshness(config.unused_limit, quarter_frame),
         )
         self.scheduler = TdmScheduler(
             config.slice_ns,
@@ -410,6 +502,11 @@ class FusionPipeline:
         self._pending_audio: deque[tuple[int, np.ndarray]] = deque()
         self._played: list[tuple[int, np.ndarray]] = []
         self._frame: tuple[int, np.ndarray] | None = None
+        self._raw_frames: deque[tuple[int, np.ndarray]] = deque()  # the onset ring
+        self._onsets_due: list[int] = []  # speech onsets whose nearest frame is to encode
+        self._encoded: deque[int] = deque(maxlen=64)  # stamps of the frames encoded
+        self._open: dict[int, int] = {}  # utterance id -> onset, until its words decided
+        self._finals_held: list[TranscriptEvent] = []  # finals waiting for their decision
         self._preroll: deque[tuple[int, np.ndarray]] = deque()
         self._utterance = first_utterance_id - 1
         self._speech_start_ns = 0
@@ -473,8 +570,17 @@ class FusionPipeline:
         self._played.append((stamp_ns, samples))
 
     def push_frame(self, stamp_ns: int, rgb: np.ndarray) -> None:
-        """An RGB frame; only the newest one offered before an encode is encoded."""
+        """An RGB frame; only the newest one offered before an encode is encoded (and the
+        one nearest a speech onset, from the onset ring)."""
         self._frame = (stamp_ns, rgb)
+        ring = self._raw_frames
+        if self.config.onset_ring_ns <= 0:
+            return
+        if ring and stamp_ns < ring[-1][0]:  # a loop: the old frames are another timeline
+            ring.clear()
+        ring.append((stamp_ns, rgb))
+        while ring[0][0] < stamp_ns - self.config.onset_ring_ns:
+            ring.popleft()
 
     # ----------------------------------------------------------------- driving
     def step(
@@ -570,7 +676,9 @@ class FusionPipeline:
             if event.kind == "start":
                 self._start_utterance(event.stamp_ns, end_ns)
                 fed = asr is not None
-                self.associator.request(Token(event.stamp_ns, Modality.AUDIO, code))
+                self.associator.request(
+                    Token(event.stamp_ns, Modality.AUDIO, code), Ask(self._utterance)
+                )
             else:
                 if asr is not None and asr.active and not fed:
                     self._feed(samples, end_ns)
@@ -604,6 +712,12 @@ class FusionPipeline:
         self._speech_start_ns = start_ns
         self._utterance += 1
         self._activity_event(Activity.START, start_ns, heard_until_ns)
+        if self.engines.vision is not None:
+            self._onsets_due.append(start_ns)
+            if self._refines:
+                self._open[self._utterance] = start_ns
+                while len(self._open) > MAX_OPEN_UTTERANCES:
+                    del self._open[next(iter(self._open))]
         asr = self.engines.recognizer
         if asr is None:
             return
@@ -666,13 +780,14 @@ class FusionPipeline:
             try:
                 result = self.engines.recognizer.poll_final()
             except EngineError:
-                self._finals_due.popleft()
+                self._open.pop(self._finals_due.popleft()[0], None)  # no words will come
                 raise
             if result is None:
                 return
             utterance, start_ns, end_ns = self._finals_due.popleft()
             self.stats.finals += 1
-            self._slice_out.append(
+            out = self._finals_held if utterance in self._open else self._slice_out
+            out.append(
                 TranscriptEvent(
                     utterance,
                     self._now_ns,
@@ -706,11 +821,18 @@ class FusionPipeline:
         self.stats.voice_activity += len(activity)
         self._events.extend(activity)
 
-    def _insert(self, token: Token) -> None:
+    @property
+    def _refines(self) -> bool:
+        """Whether finals refine their utterance's association by their words."""
+        engines = self.engines
+        return engines.words is not None and engines.recognizer is not None
+
+    def _insert(self, token: Token) -> int | None:
         try:
-            self.ring.insert(token, now_ns=self._now_ns)
+            return self.ring.insert(token, now_ns=self._now_ns)
         except ValueError as err:  # counted by the ring
             self._events.append(RingWarning(str(err)))
+            return None
 
     # ----------------------------------------------------------------- slice stages
     def _stage_error(self, stage: str, err: Exception) -> None:
@@ -726,9 +848,18 @@ class FusionPipeline:
         self.process_audio(self._now_ns)
 
     def _encode(self, current: Slice) -> None:
-        """Encode the newest frame when the vision rate allows."""
-        vision, frame = self.engines.vision, self._frame
-        if vision is None or frame is None:
+        """Encode the frame nearest each new speech onset, then the newest frame when the
+        vision rate allows."""
+        vision = self.engines.vision
+        if vision is None:
+            return
+        onsets, self._onsets_due = self._onsets_due, []
+        for onset_ns in onsets:
+            near = min(self._raw_frames, default=None, key=lambda f: abs(f[0] - onset_ns))
+            if near is not None and near[0] not in self._encoded:
+                self._encode_frame(vision, *near)
+        frame = self._frame
+        if frame is None:
             return
         stamp_ns, rgb = frame
         since = stamp_ns - self._last_vision_ns
@@ -736,22 +867,58 @@ class FusionPipeline:
             return
         self._frame = None
         self._last_vision_ns = stamp_ns
+        if stamp_ns not in self._encoded:
+            self._encode_frame(vision, stamp_ns, rgb)
+
+    def _encode_frame(self, vision: VisionEncoder, stamp_ns: int, rgb: np.ndarray) -> None:
+        """One frame -> a vision token (its labels' code and Bloom filter, the frame) and a
+        scene; a freshness round for the older vision tokens."""
         result = vision.encode(rgb, stamp_ns)
+        self._encoded.append(stamp_ns)
         self.stats.vision_encoded += 1
         summary = tuple(
             (o.kind, o.region if o.value is None else str(o.value)) for o in result.observations
         )
-        self._insert(Token(stamp_ns, Modality.VISION, result.code, summary))
+        labels = tuple(getattr(result, "labels", ()) or ())
+        pointed = getattr(result, "pointed", None)
+        words = self.engines.words
+        sight = words.sight(labels, pointed) if words is not None else Sight(labels, pointed)
+        bloom = None
+        if words is not None:
+            bloom = BloomFilter(bits=BLOOM_BITS, hashes=3)
+            for word in sight.words:
+                bloom.add_word(word)
+        code = sight.code if sight.main is not None and words is not None else int(result.code)
+        token_id = self._insert(
+            Token(stamp_ns, Modality.VISION, code, VisionPayload(summary, sight, bloom, rgb))
+        )
+        if token_id is not None:
+            self.associator.age(token_id)
         phrases, sentence = describe(summary)
         self._slice_out.append(
-            SceneEvent(
-                stamp_ns, int(result.code), tuple(phrases), sentence, person_present(summary)
-            )
+            SceneEvent(stamp_ns, code, tuple(phrases), sentence, person_present(summary))
         )
 
     def _associate(self, current: Slice) -> None:
-        """Decide the triggers whose window has closed (one slice of slack for late frames)."""
+        """Decide the triggers whose window has closed (one slice of slack for late frames);
+        ask again, by their words, for the utterances whose final is in, and hand the final
+        out after that decision."""
+        look_back = self.config.look_back_ns
+        held, self._finals_held = self._finals_held, []
+        for final in held:
+            onset_ns = self._open.pop(final.utterance_id, final.start_ns)
+            try:
+                query = self.engines.words.query(final.text)
+            except Exception as err:  # the embedder failed: decide by time, keep the final
+                self._stage_error("associate", err)
+                query = None
+            code = query.code if query is not None and query.code is not None else 0
+            trigger = Token(onset_ns, Modality.TEXT, code)
+            self.associator.request(trigger, Ask(final.utterance_id, query, look_back))
+        # What an utterance, open or to come, may still look back to is never retired.
+        self.associator.keep_from_ns = min(self._open.values(), default=self._now_ns) - look_back
         self._slice_out.extend(self.associator.poll(current.end_ns - self.scheduler.slice_ns))
+        self._slice_out.extend(held)
 
     def _emit(self, current: Slice) -> None:
         out, self._slice_out = self._slice_out, []

@@ -23,12 +23,21 @@ so for them the filter never answers no; beyond that distance it is a probabilis
 (a band matches with probability about s ** (32 / bands) for per-bit agreement s). Whole
 codes would only answer "is this exact code here?", which a similarity test cannot use.
 
-:class:`Gate` turns a code pair and their stamps into (accepted, score, reason).
+:class:`BloomFilter` also holds *words* (:meth:`BloomFilter.add_word`): a vision token carries
+one with its object labels and their close words, so "the cup" finds the frame that shows a
+cup without comparing strings, and with no false negatives.
+
+:class:`Gate` judges a candidate against the trigger: by codes alone (one embedding space),
+or by meaning: a Bloom hit (a word of the trigger is in the candidate's filter) and the
+Hamming similarity of the codes when within ``max_hamming`` (about cosine 0.7 at 10 bits: the
+same object or a close word) each count half; a trigger without words (a speech onset)
+scores every candidate 0, and time decides.
 No ROS imports.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 from typing import NamedTuple
 
@@ -167,6 +176,11 @@ def _mix64(x: int) -> int:
     return x ^ (x >> 31)
 
 
+def _word_key(word: str) -> int:
+    digest = hashlib.blake2b(word.strip().lower().encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little")
+
+
 class BloomFilter:
     """A Bloom filter of LSH band keys of 32-bit codes (see the module docstring).
 
@@ -179,7 +193,8 @@ class BloomFilter:
     building the filter and testing one code costs about 8x a direct Hamming scan of the
     same codes, so the associator scores candidates directly (it must report every
     candidate's score anyway). The filter pays off for "anything like this?" over many
-    codes, where only a yes/no is needed.
+    codes, where only a yes/no is needed, and as a vision token's set of label words
+    (:meth:`add_word`), tested once per word of a query.
     """
 
     def __init__(self, bits: int = 1024, hashes: int = 3, bands: int = 4) -> None:
@@ -228,6 +243,14 @@ class BloomFilter:
         filter_bytes = self._bytes
         return all(filter_bytes[p >> 3] >> (p & 7) & 1 for p in self._probes(key))
 
+    def add_word(self, word: str) -> None:
+        """Add a word (lower-cased; its stable 64-bit BLAKE2b hash is the key)."""
+        self.add_key(_word_key(word))
+
+    def has_word(self, word: str) -> bool:
+        """True if ``word`` may have been added; False if it certainly was not."""
+        return self.has_key(_word_key(word))
+
     def band_keys(self, code: int) -> list[int]:
         """The code's band keys: band index in the high bits, band value in the low 32."""
         width, mask = self._band_bits, self._band_mask
@@ -250,16 +273,29 @@ class GateResult(NamedTuple):
     """The gate's verdict on one candidate."""
 
     accepted: bool
-    score: float  # Hamming similarity to the trigger, 0..1
-    reason: str  # why it was rejected; empty when accepted
+    score: float  # 0.5 Bloom hit + 0.5 code similarity (when within max_hamming), 0..1
+    reason: str  # why it was rejected or scored low; empty when it matched or was not asked
+    hamming: int = -1  # Hamming distance of the codes; -1: nothing to compare
+    bloom_hit: bool = False  # a word of the trigger is in the candidate's filter
 
 
 class Gate:
-    """Accepts a candidate whose code is within ``max_hamming`` of the trigger's and that is
-    at most ``max_age_ns`` older than the trigger (None: no age limit beyond the window).
+    """Judges a candidate against the trigger, in one of two ways.
 
-    ``max_hamming = bits`` accepts on recency alone. Both failures are named in the reason,
-    e.g. ``"hamming 17 > 12; too old (95.0 ms > 60.0 ms)"``.
+    - Codes alone (``words`` None: a trigger and candidates of one embedding space): a
+      candidate is accepted when its code is within ``max_hamming`` of the trigger's, scored
+      by their Hamming similarity (``max_hamming = bits`` accepts on recency alone).
+    - By meaning (``words`` given: what the trigger names: its object word, or the label a
+      hand points at for "this"; ``bloom``: the candidate's filter of label words): every
+      candidate is accepted and scored 0.5 for a Bloom hit plus 0.5 x the code similarity
+      when within ``max_hamming`` (32-bit codes of unrelated words still agree on about half
+      their bits, so only near codes are evidence). ``trigger_code``/``code`` None: nothing
+      to compare (no object word, a frame without a label). No words: every candidate
+      scores 0, and time decides.
+
+    Either way a candidate more than ``max_age_ns`` older than the trigger is rejected (None:
+    no age limit beyond the window). Reasons read e.g. ``"hamming 17 > 12; too old (95.0 ms
+    > 60.0 ms)"`` or ``"hamming 15 > 10; no word of 'cat' in its filter"``.
     """
 
     def __init__(
@@ -271,16 +307,34 @@ class Gate:
             max_age_ns = _check_int("max_age_ns", max_age_ns, 1)
         self.max_age_ns = max_age_ns
 
-    def evaluate(self, trigger_code: int, trigger_ns: int, code: int, stamp_ns: int) -> GateResult:
-        """Judge a candidate (code, stamp) against the trigger (code, stamp)."""
-        distance = hamming(trigger_code, code)
-        score = 1.0 - distance / self.bits
-        reasons = []
-        if distance > self.max_hamming:
-            reasons.append(f"hamming {distance} > {self.max_hamming}")
+    def evaluate(
+        self,
+        trigger_code: int | None,
+        trigger_ns: int,
+        code: int | None,
+        stamp_ns: int,
+        *,
+        words: tuple[str, ...] | None = None,
+        bloom: BloomFilter | None = None,
+    ) -> GateResult:
+        """Judge a candidate (code, stamp, filter) against the trigger (code, stamp, words)."""
+        distance = -1 if trigger_code is None or code is None else hamming(trigger_code, code)
+        near = 0 <= distance <= self.max_hamming
+        similarity = 1.0 - distance / self.bits if distance >= 0 else 0.0
+        notes = [f"hamming {distance} > {self.max_hamming}"] if distance > self.max_hamming else []
+        hit = False
+        if words is None:
+            accepted, score = near, similarity
+        else:
+            hit = bloom is not None and any(bloom.has_word(w) for w in words)
+            accepted = True
+            score = (0.5 if hit else 0.0) + (0.5 * similarity if near else 0.0)
+            if words and not hit:
+                notes.append(f"no word of {' '.join(words)!r} in its filter")
         age = trigger_ns - stamp_ns
         if self.max_age_ns is not None and age > self.max_age_ns:
-            reasons.append(
+            accepted = False
+            notes.append(
                 f"too old ({age / NS_PER_MS:.1f} ms > {self.max_age_ns / NS_PER_MS:.1f} ms)"
             )
-        return GateResult(not reasons, score, "; ".join(reasons))
+        return GateResult(accepted, score, "; ".join(notes), distance, hit)

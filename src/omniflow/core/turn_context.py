@@ -5,11 +5,16 @@ started, the fusion node's associations, the vision encoder's scenes, camera fra
 turns as they start and end; the context answers what goes into the model's prompt:
 
 - **what the camera saw**: the vision tokens the association chose for the utterance (the
-  association whose trigger is within ``TRIGGER_MATCH_NS`` of the utterance's start), else
-  the newest scene when it is recent enough; a turn that is not spoken (a goal, a proactive
-  turn) gets the newest scene;
+  newest association naming the utterance: the fusion node decides again by the words of
+  the final transcript; else the one whose trigger is within ``TRIGGER_MATCH_NS`` of the
+  utterance's start), else the newest scene when it is recent enough; a turn that is not
+  spoken (a goal, a proactive turn) gets the newest scene;
 - **frames** for a model that sees images: the ones nearest the chosen stamps, at most
-  ``MAX_IMAGES``, each within ``FRAME_MATCH_NS``;
+  ``MAX_IMAGES``, each within ``FRAME_MATCH_NS``. Three stores, so a chosen frame is still
+  there when its turn starts (seconds later): the newest camera frames (``_FRAMES``), the
+  frames the fusion node encoded (a scene names each; only those can be chosen, and a named
+  object is looked for seconds back), ``_ENCODED`` deep, and the frames an association chose,
+  kept until the turn of their utterance ends (at most ``_PINNED`` utterances);
 - **history**: what the user and the robot said, oldest first, at most ``max_turns`` entries.
   An answer cut short keeps only its finished sentences (a fragment would be imitated); a
   failed one keeps what was said;
@@ -112,6 +117,8 @@ FRAME_MATCH_NS = 50 * NS_PER_MS
 _ASSOCIATIONS = 32
 _SCENES = 64
 _FRAMES = 48
+_ENCODED = 24  # 5 s of encoded frames at 5 Hz, 12 s at 2 Hz
+_PINNED = 8
 _REMEMBERED = 64
 
 
@@ -133,6 +140,7 @@ class Seen:
 class _Association:
     trigger_ns: int
     chosen: tuple[tuple[int, str], ...]  # (stamp, summary) of each chosen vision token
+    utterance_id: int = 0
 
 
 class TurnContext:
@@ -151,6 +159,11 @@ class TurnContext:
         self._associations: deque[_Association] = deque(maxlen=_ASSOCIATIONS)
         self._scenes: deque[tuple[int, str]] = deque(maxlen=_SCENES)
         self._frames: deque[tuple[int, Any]] = deque(maxlen=_FRAMES)
+        self._encoded: deque[tuple[int, Any]] = deque(maxlen=_ENCODED)
+        self._scene_stamps: deque[int] = deque(maxlen=_ENCODED)  # encoded, frame not seen yet
+        # utterance id -> {chosen stamp: frame or None until it arrives}, until its turn ends
+        self._pinned: dict[int, dict[int, Any]] = {}
+        self._turn_utterance: dict[int, int] = {}  # turn id -> utterance id
         self._idle_since_ns: int | None = None
         self._power = (float("nan"), float("nan"))  # battery percent, temperature (°C)
         self.mark_idle(now_ns)
@@ -169,13 +182,31 @@ class TurnContext:
         self._utterance_start[utterance_id] = start_ns
         trim_oldest(self._utterance_start)
 
-    def add_association(self, trigger_ns: int, chosen: Iterable[tuple[int, str]]) -> None:
-        """An association: its trigger stamp and (stamp, summary) of the tokens it chose."""
-        self._associations.append(_Association(trigger_ns, tuple(chosen)))
+    def add_association(
+        self, trigger_ns: int, chosen: Iterable[tuple[int, str]], utterance_id: int = 0
+    ) -> None:
+        """An association: its trigger stamp, (stamp, summary) of the tokens it chose and
+        its utterance (0: unknown). The frames it chose are kept until that utterance's turn
+        ends."""
+        association = _Association(trigger_ns, tuple(chosen), utterance_id)
+        self._associations.append(association)
+        if not association.chosen:
+            return
+        key = utterance_id or -trigger_ns  # an unknown utterance: kept by its trigger
+        pins = self._pinned.setdefault(key, {})
+        for stamp_ns, _ in association.chosen:
+            pins[stamp_ns] = self._nearest_frame(stamp_ns)
+        trim_oldest(self._pinned, _PINNED)
 
     def add_scene(self, stamp_ns: int, description: str, person_present: bool) -> None:
+        """A scene: the fusion node encoded the frame of ``stamp_ns`` (which is kept)."""
         self._scenes.append((stamp_ns, description))
         self.policy.observe_person(person_present)
+        frame = self._nearest_frame(stamp_ns, self._frames)
+        if frame is not None:
+            self._encoded.append((stamp_ns, frame))
+        else:  # the scene came first: keep the frame when it arrives
+            self._scene_stamps.append(stamp_ns)
 
     def set_power(self, battery_percent: float, temperature_c: float) -> None:
         """The newest power state (NaN: unknown)."""
@@ -184,24 +215,55 @@ class TurnContext:
     def add_frame(self, stamp_ns: int, frame: Any) -> None:
         """A camera frame, kept as it came (only the chosen ones are ever decoded)."""
         self._frames.append((stamp_ns, frame))
+        if stamp_ns in self._scene_stamps:
+            self._scene_stamps.remove(stamp_ns)
+            self._encoded.append((stamp_ns, frame))
+        for pins in self._pinned.values():
+            for wanted, kept in pins.items():
+                if kept is None and abs(wanted - stamp_ns) <= FRAME_MATCH_NS:
+                    pins[wanted] = frame
 
     def clear_frames(self) -> None:
         self._frames.clear()
+        self._encoded.clear()
+        self._scene_stamps.clear()
+        self._pinned.clear()
+
+    @property
+    def frames_kept(self) -> int:
+        """Frames held (all three stores; a frame in two counts twice)."""
+        pinned = sum(f is not None for pins in self._pinned.values() for f in pins.values())
+        return len(self._frames) + len(self._encoded) + pinned
+
+    def _nearest_frame(self, stamp_ns: int, *stores: Iterable[tuple[int, Any]]) -> Any | None:
+        """The kept frame nearest ``stamp_ns`` within ``FRAME_MATCH_NS`` (None: none)."""
+        if not stores:
+            pinned = (
+                (s, f) for pins in self._pinned.values() for s, f in pins.items() if f is not None
+            )
+            stores = (pinned, self._encoded, self._frames)
+        best = None
+        for store in stores:
+            for stamp, frame in store:
+                gap = abs(stamp - stamp_ns)
+                if gap <= FRAME_MATCH_NS and (best is None or gap < best[0]):
+                    best = (gap, frame)
+        return None if best is None else best[1]
 
     # ----------------------------------------------------------------- what the camera saw
     def seen(self, utterance_id: int, now_ns: int, max_age_ns: int) -> Seen:
         """The vision tokens the association chose for this utterance, else the newest
         scene when it is at most ``max_age_ns`` old, else nothing."""
         start_ns = self._utterance_start.get(utterance_id)
-        if start_ns is not None:
+        named = [a for a in self._associations if utterance_id and a.utterance_id == utterance_id]
+        best = named[-1] if named else None
+        if best is None and start_ns is not None:
             best = min(self._associations, default=None, key=lambda a: abs(a.trigger_ns - start_ns))
-            if (
-                best is not None
-                and abs(best.trigger_ns - start_ns) <= TRIGGER_MATCH_NS
-                and best.chosen
-            ):
-                text = "; ".join(dict.fromkeys(summary for _, summary in best.chosen if summary))
-                return Seen(text, tuple(stamp for stamp, _ in best.chosen))
+            if best is not None and abs(best.trigger_ns - start_ns) > TRIGGER_MATCH_NS:
+                best = None
+        if best is not None and best.chosen:
+            text = "; ".join(dict.fromkeys(summary for _, summary in best.chosen if summary))
+            return Seen(text, tuple(stamp for stamp, _ in best.chosen))
         if self._scenes:
             stamp_ns, description = self._scenes[-1]
             if now_ns - stamp_ns <= max_age_ns:
@@ -213,9 +275,9 @@ class TurnContext:
         ``FRAME_MATCH_NS`` of each)."""
         chosen = []
         for stamp_ns in list(stamps_ns)[:MAX_IMAGES]:
-            near = min(self._frames, default=None, key=lambda f: abs(f[0] - stamp_ns))
-            if near is not None and abs(near[0] - stamp_ns) <= FRAME_MATCH_NS:
-                chosen.append(near[1])
+            frame = self._nearest_frame(stamp_ns)
+            if frame is not None:
+                chosen.append(frame)
         return chosen
 
     # ----------------------------------------------------------------- turns
@@ -242,6 +304,8 @@ class TurnContext:
         carries the chosen frames that ``decode`` turns into images (None: skipped)."""
         self._user_texts[start.turn_id] = start.user_text
         trim_oldest(self._user_texts)
+        self._turn_utterance[start.turn_id] = start.utterance_id
+        trim_oldest(self._turn_utterance)
         seen = self.seen(start.utterance_id, now_ns, max_age_ns) if vision else Seen()
         images = ()
         if vision and decode is not None:
@@ -260,6 +324,7 @@ class TurnContext:
         """Keep what was said (an answer cut short: its finished sentences), forget turns
         beyond ``max_turns`` entries, and start counting idle time."""
         user = self._user_texts.pop(ended.turn_id, "")
+        self._pinned.pop(self._turn_utterance.pop(ended.turn_id, 0), None)
         robot = ended.response.strip()
         if ended.outcome in ("interrupted", "cancelled"):
             robot = complete_sentences(robot)

@@ -12,13 +12,15 @@ from dataclasses import dataclass
 
 from omniflow.core.echo import EchoGate, EchoReference
 from omniflow.core.fusion_pipeline import EchoStage, FusionEngines
+from omniflow.core.lexicon import WordSpace
 from omniflow.core.params import ParamSpec
 from omniflow.core.timing import SAMPLE_RATE
 from omniflow.engines.asr import ASR_ENGINES, Recognizer, make_recognizer
+from omniflow.engines.embedding import TextEmbedder, load_word_space
 from omniflow.engines.vad import VAD_ENGINES, make_vad
 from omniflow.engines.vision import VisionEncoder, make_default_encoder
 
-__all__ = ["EchoSettings", "fusion_engines_from_params", "make_fusion_engines"]
+__all__ = ["EchoSettings", "fusion_engines_from_params", "make_fusion_engines", "word_space"]
 
 # Played audio kept as the echo reference beyond the longest delay and reverberation.
 REFERENCE_SLACK_MS = 1000
@@ -152,9 +154,11 @@ def make_fusion_engines(
     recognizer: Callable[[], Recognizer] | None = None,
     vision: Callable[[], VisionEncoder] | None = None,
     echo: EchoSettings | None = None,
+    words: Callable[[], WordSpace] | None = None,
 ) -> FusionEngines:
-    """The engines: a ``vad_engine`` VAD with these timings, the recogniser and vision
-    encoder the factories make (none without one) and an echo stage with ``echo``."""
+    """The engines: a ``vad_engine`` VAD with these timings, the recogniser, vision
+    encoder and word space the factories make (none without one) and an echo stage with
+    ``echo``."""
     timing = {"min_speech_ms": float(min_speech_ms), "min_silence_ms": float(min_silence_ms)}
     vad = make_vad(vad_engine, **timing)
     asr = recognizer() if recognizer is not None else None
@@ -171,7 +175,12 @@ def make_fusion_engines(
             reverb_ms=echo.reverb_ms,
         )
         stage = EchoStage(gate, reference, make_vad(vad_engine, **timing))
-    return FusionEngines(vad, asr, encoder, stage)
+    return FusionEngines(vad, asr, encoder, stage, words() if words is not None else None)
+
+
+def word_space() -> WordSpace:
+    """The shipped label vectors and the text embedding for other words heard."""
+    return load_word_space(TextEmbedder())
 
 
 def fusion_engines_from_params(
@@ -203,4 +212,5 @@ def fusion_engines_from_params(
         recognizer=recognizer,
         vision=(vision_factory or make_default_encoder) if p["vision.enabled"] else None,
         echo=echo,
+        words=word_space if p["vision.enabled"] else None,
     )

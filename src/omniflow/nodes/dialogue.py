@@ -114,11 +114,14 @@ class DialogueNode(LifecycleBase):
         self._finals: dict[int, Transcript] = {}  # utterance id -> final transcript
         self._image_sub = None
         self._out = DialogueOutputs(self, self.params["speech_node"], inputs)
+        # Ready messages are taken in this order: an utterance's association (fusion
+        # publishes the one decided by the words just before the final) and the scenes come
+        # before the final transcript that starts the turn.
         for msg_type, topic, callback, qos in (
             (VoiceActivity, "voice_activity", self._on_voice, EVENTS),
-            (Transcript, "transcript", self._on_transcript, EVENTS),
             (Association, "associations", self._on_association, EVENTS),
             (Scene, "scene", self._on_scene, EVENTS),
+            (Transcript, "transcript", self._on_transcript, EVENTS),
             (SpeechState, "speech_state", self._on_speech, LATCHED),
             (PowerState, "power_state", self._on_power, LATCHED),
         ):

@@ -46,11 +46,14 @@ def user_said(said: UserSaid, final: Transcript | None, stamp_ns: int) -> Transc
     )
 
 
-def chosen_tokens(msg: Association) -> tuple[int, list[tuple[int, str]]]:
-    """The association's trigger stamp and (stamp, summary) of each token it chose."""
-    return conversions.ns_from_time(msg.trigger.stamp), [
-        (conversions.ns_from_time(c.stamp), c.summary) for c in msg.candidates if c.chosen
-    ]
+def chosen_tokens(msg: Association) -> tuple[int, list[tuple[int, str]], int]:
+    """The association's trigger stamp, (stamp, summary) of each token it chose, and its
+    utterance id (0: none)."""
+    return (
+        conversions.ns_from_time(msg.trigger.stamp),
+        [(conversions.ns_from_time(c.stamp), c.summary) for c in msg.candidates if c.chosen],
+        int(msg.utterance_id),
+    )
 
 
 class DialogueOutputs:

@@ -16,7 +16,7 @@ from builtin_interfaces.msg import Duration
 from sensor_msgs.msg import Image
 
 from omniflow.core import audio_format, image_codec
-from omniflow.core.association import Decision
+from omniflow.core.association import Decision, VisionPayload
 from omniflow.core.association import TokenRef as CoreTokenRef
 from omniflow.core.fusion_events import (
     FusionStats,
@@ -201,8 +201,10 @@ def _duration(ns: int) -> Duration:
 
 def _token_ref(ref: CoreTokenRef) -> TokenRef:
     summary = ""
-    if ref.modality == Modality.VISION and isinstance(ref.payload, tuple):
-        summary = "; ".join(dict.fromkeys(phrase(kind, region) for kind, region in ref.payload))
+    if ref.modality == Modality.VISION and isinstance(ref.payload, VisionPayload):
+        phrases = [phrase(kind, region) for kind, region in ref.payload.summary]
+        named = [label for label in ref.labels if not any(label in p for p in phrases)]
+        summary = "; ".join(dict.fromkeys([*named, *phrases]))
     return TokenRef(
         modality=int(ref.modality),
         stamp=time_from_ns(ref.stamp_ns),
@@ -212,6 +214,11 @@ def _token_ref(ref: CoreTokenRef) -> TokenRef:
         chosen=ref.chosen,
         reason=ref.reason,
         summary=summary,
+        time_offset_ns=int(ref.time_offset_ns),
+        hamming=int(ref.hamming),
+        bloom_hit=bool(ref.bloom_hit),
+        labels=list(ref.labels),
+        pointed=ref.pointed,
     )
 
 
@@ -223,4 +230,6 @@ def association_msg(decision: Decision) -> Association:
         window_before=_duration(decision.window_before_ns),
         window_after=_duration(decision.window_after_ns),
         candidates=[_token_ref(c) for c in decision.candidates],
+        utterance_id=int(decision.utterance_id),
+        query=decision.query,
     )
