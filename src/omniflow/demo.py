@@ -127,9 +127,11 @@ class LivePrinter:
                     )
                     or "none"
                 )
+                seen = "; ".join(dict.fromkeys(c.summary for c in chosen if c.summary))
+                by = f'the words "{msg.query}"' if msg.query else "speech onset"
                 self._out(
-                    f"{self._t(report.stamp_ns(msg.trigger.stamp))} speech onset: "
-                    f"chose frame(s) {frames} of {len(msg.candidates)} in the window"
+                    f"{self._t(report.stamp_ns(msg.trigger.stamp))} {by}: chose frame(s) "
+                    f"{frames} of {len(msg.candidates)}" + (f" [{seen}]" if seen else "")
                 )
             elif topic == "response":
                 if self._turn != msg.turn_id:
@@ -336,11 +338,14 @@ def print_summary(result: SessionResult) -> dict[str, Path]:
             f"  {entry['start_s']:6.2f}-{entry['end_s']:6.2f} s  utterance "
             f'{entry["utterance_id"]}: "{entry["text"]}"'
         )
-    print("\nframes the association chose (speech onset -> frame times):")
+    print("\nframes the association chose (speech onset, then the final's words -> frames):")
     for entry in report.associations(run):
         chosen = ", ".join(f"{c:.3f} s" for c in entry["chosen_s"]) or "none"
+        by = f'words "{entry["query"]}"' if entry["query"] else "time only"
+        seen = "; ".join(dict.fromkeys(s for s in entry["chosen_summaries"] if s))
         print(
-            f"  onset {entry['trigger_s']:6.2f} s -> {chosen} (of {entry['candidates']} candidates)"
+            f"  onset {entry['trigger_s']:6.2f} s, {by} -> {chosen} "
+            f"(of {entry['candidates']} candidates)" + (f": {seen}" if seen else "")
         )
     turns = report.responses(run)
     print("\nresponse:" if turns else "\nresponse: n/a (the dialogue node published no answer)")

@@ -83,16 +83,20 @@ def transcripts(run: Run) -> list[dict]:
 
 
 def associations(run: Run) -> list[dict]:
-    """Every association decision: trigger time, chosen frames, and the candidates' count."""
+    """Every association decision: trigger time, the words it was decided by ("" at the
+    onset: time only), chosen frames with what they hold, and the candidates' count."""
     out = []
     for _, m in run.of("associations"):
         chosen = [c for c in m.candidates if c.chosen]
         out.append(
             {
                 "decision_id": int(m.decision_id),
+                "utterance_id": int(m.utterance_id),
                 "trigger_s": run.seconds(stamp_ns(m.trigger.stamp)),
+                "query": m.query,
                 "chosen_s": [run.seconds(stamp_ns(c.stamp)) for c in chosen],
                 "chosen_scores": [round(float(c.score), 3) for c in chosen],
+                "chosen_summaries": [c.summary for c in chosen],
                 "candidates": len(m.candidates),
                 "decided_s": run.seconds(stamp_ns(m.header.stamp)),
             }
