@@ -130,6 +130,10 @@ class Encoded:
     code: int
     observations: tuple
 
+    @property
+    def summary(self) -> tuple:
+        return tuple((o.kind, o.region) for o in self.observations)
+
 
 class ScriptedVision:
     def __init__(self) -> None:

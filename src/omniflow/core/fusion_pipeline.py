@@ -154,6 +154,11 @@ class EncodedFrame(Protocol):
     @property
     def observations(self) -> Sequence[Observation]: ...
 
+    @property
+    def summary(self) -> Sequence[tuple[str, str | None]]:
+        """The frame as (kind, detail) pairs (``omniflow.core.scene.scene_pairs``)."""
+        ...
+
 
 class VisionEncoder(Protocol):
     """``omniflow.engines.vision.VisionEncoder``: one RGB frame -> code and observations."""
@@ -453,6 +458,9 @@ class FusionPipeline:
         values["ring.capacity"] = self.ring.capacity
         values.update({f"association.{k}": v for k, v in asdict(self.associator.stats).items()})
         values.update({f"scheduler.{k}": v for k, v in self.scheduler.stats.as_dict().items()})
+        vision_report = getattr(self.engines.vision, "diagnostics", None)
+        if vision_report is not None:  # where the vision models run, and why
+            values.update({f"vision.{k}": v for k, v in vision_report().items()})
         return values
 
     def set_vision_rate(self, rate_hz: float) -> None:
@@ -738,9 +746,7 @@ class FusionPipeline:
         self._last_vision_ns = stamp_ns
         result = vision.encode(rgb, stamp_ns)
         self.stats.vision_encoded += 1
-        summary = tuple(
-            (o.kind, o.region if o.value is None else str(o.value)) for o in result.observations
-        )
+        summary = tuple(result.summary)
         self._insert(Token(stamp_ns, Modality.VISION, result.code, summary))
         phrases, sentence = describe(summary)
         self._slice_out.append(
