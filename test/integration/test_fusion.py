@@ -202,6 +202,12 @@ def test_unknown_vad_engine_is_refused_at_start_up_naming_the_allowed_values(sta
     assert "allowed values: webrtc, silero" in process.output()
 
 
+def test_unknown_vision_accelerator_is_refused_at_start_up_naming_the_allowed_values(start_node):
+    process = start_node("omniflow.nodes.fusion", "fusion", {"vision.accelerator": "gpu"})
+    assert process.wait(timeout=30) == 2
+    assert "allowed values: auto, edgetpu, cpu" in process.output()
+
+
 def test_vision_rate_is_live_while_other_parameters_need_a_restart(ros_node, start_node):
     process = start_node("omniflow.nodes.fusion", "fusion", {"vision.enabled": False})
     status = TopicRecorder(ros_node, String, topic(process, "fusion/status"), LATCHED)

@@ -403,6 +403,14 @@ def test_utterance_ids_go_on_from_the_first_id_given():
     assert {e.utterance_id for e in of(events, VoiceActivityEvent)} == {7}
 
 
+def test_diagnostics_say_where_the_vision_models_run_and_why():
+    pipeline, engines = make(vision=True)
+    assert not any(k.startswith("vision.") for k in pipeline.diagnostics())  # nothing to say
+    engines.vision.diagnostics = lambda: {"backend": "cpu", "backend_reason": "CPU: no TPU"}
+    values = pipeline.diagnostics()
+    assert values["vision.backend"] == "cpu" and values["vision.backend_reason"] == "CPU: no TPU"
+
+
 # 15 fps offered: every 14th, 3rd and 2nd frame pass the gate (90 % of the period).
 @pytest.mark.parametrize(("rate_hz", "expected"), [(1.0, 4), (5.0, 16), (10.0, 23)])
 def test_frames_are_encoded_at_the_vision_rate(rate_hz, expected):

@@ -231,7 +231,7 @@ def test_delegate_failure_falls_back_to_the_cpu_model(tmp_path, monkeypatch, cap
 
     monkeypatch.setattr(litert, "load_delegate", failing_delegate)
     present = EdgeTpuProbe(True, "libedgetpu.so.1", "loaded")
-    with caplog.at_level("INFO", logger="omniflow.engines.vision"):
+    with caplog.at_level("INFO", logger="omniflow.engines.vision.runtime"):
         runner = TfliteModel(model, accelerator="auto", probe=present)
     assert loaded == ["libedgetpu.so.1"]
     assert runner.backend == "cpu" and runner.model_path == model
