@@ -16,7 +16,12 @@ from omniflow.core.params import ParamSpec
 from omniflow.core.timing import SAMPLE_RATE
 from omniflow.engines.asr import ASR_ENGINES, Recognizer, make_recognizer
 from omniflow.engines.vad import VAD_ENGINES, make_vad
-from omniflow.engines.vision import ACCELERATORS, VisionEncoder, make_default_encoder
+from omniflow.engines.vision import (
+    ACCELERATORS,
+    DEFAULT_DETECTORS,
+    VisionEncoder,
+    make_default_encoder,
+)
 
 __all__ = ["EchoSettings", "fusion_engines_from_params", "make_fusion_engines"]
 
@@ -103,6 +108,13 @@ ENGINE_PARAMS = (
         "the libedgetpu delegate, else the CPU, with the reason logged and in diagnostics), "
         "edgetpu (refuse to start without one) or cpu",
         choices=ACCELERATORS,
+        read_only=True,
+    ),
+    ParamSpec(
+        "vision.detectors",
+        ",".join(DEFAULT_DETECTORS),
+        "MediaPipe detectors run beside the objects, comma-separated: hand (the pointing "
+        "palm), face, person (pose); people already come from the objects",
         read_only=True,
     ),
     ParamSpec(
@@ -233,7 +245,9 @@ def fusion_engines_from_params(
         )
 
     def vision() -> VisionEncoder:
+        kinds = [k.strip() for k in str(p["vision.detectors"]).split(",") if k.strip()]
         return make_default_encoder(
+            kinds,
             num_threads=p["vision.threads"],
             accelerator=p["vision.accelerator"],
             model_dir=p["vision.model_dir"],
