@@ -122,7 +122,9 @@ class VisionEncoder(abc.ABC):
             change = float(np.clip(1.0 - cos, 0.0, 2.0))
         self._previous = descriptor
         summary, pointed = _summarise(observations)
-        labels = tuple(dict.fromkeys(o.label for o in observations if o.kind == "object"))
+        labels = tuple(
+            dict.fromkeys(o.label for o in observations if o.kind == "object" and o.label)
+        )
         timings["total"] = (time.perf_counter() - start) * 1e3
         return VisionResult(
             int(stamp_ns),
@@ -131,7 +133,7 @@ class VisionEncoder(abc.ABC):
             code,
             change,
             timings,
-            labels,  # type: ignore[arg-type]  # object observations always carry a label
+            labels,
             pointed,
             summary,
         )
