@@ -21,7 +21,10 @@ SOURCES := CMakeLists.txt package.xml $(wildcard msg/*.msg action/*.action) \
 
 .PHONY: setup test test-fast lint demo golden bench lock clean
 
+# The model files the manifests under models/ name (fetched once, checked on every run:
+# a re-run with the files in place takes well under a second).
 setup: $(INSTALL_STAMP)
+	@$(PY) scripts/fetch_models.py
 
 $(DEPS_STAMP): $(REQUIREMENTS) $(NO_DEPS) requirements/constraints.txt scripts/install_system_deps.sh \
 		scripts/build_llama_wheel.sh

@@ -3,10 +3,11 @@ launch files (or used alone with your own parameters):
 
     ros2 launch omniflow omniflow.launch.py profile:=pc params_file:=/path/to/my.yaml
 
-Arguments: profile, namespace, use_sim_time, params_file, log_level, camera_dds_profile. The
-nodes, their parameter files, use_sim_time, respawn and the camera's environment come from
-``omniflow.graph`` (unit-tested) through ``omniflow.bringup.base_launch``. Capture nodes are
-respawned if they exit.
+Arguments: profile, namespace, use_sim_time, params_file, log_level, vision_accelerator,
+camera_dds_profile. The nodes, their parameter files, use_sim_time, respawn, the camera's
+environment and the fusion node's vision.accelerator come from ``omniflow.graph``
+(unit-tested) through ``omniflow.bringup.base_launch``. Capture nodes are respawned if they
+exit.
 """
 
 from omniflow.bringup import base_launch

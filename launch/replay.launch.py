@@ -4,9 +4,9 @@ nodes, every node on /clock (use_sim_time), speech to the null sink (config/repl
     ros2 launch omniflow replay.launch.py bag:=/path/to/session.mcap [rate:=1.0]
 
 Includes omniflow.launch.py with profile:=replay (every standard argument: namespace,
-use_sim_time, params_file, log_level, passed through) and plays the bag with
-``omniflow replay`` (the rosbags-based player: ``ros2 bag`` works as well on a robot that
-has it).
+use_sim_time, params_file, log_level, vision_accelerator, passed through) and plays the bag
+with ``omniflow replay`` (the rosbags-based player: ``ros2 bag`` works as well on a robot
+that has it).
 """
 
 from launch.actions import ExecuteProcess

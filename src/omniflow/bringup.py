@@ -89,5 +89,6 @@ def _nodes(context: LaunchContext) -> list[LaunchDescriptionEntity]:
         log_level=value("log_level"),
         params_file=value("params_file"),
         camera_dds_profile=value("camera_dds_profile"),
+        vision_accelerator=value("vision_accelerator"),
     )
     return [Node(**kwargs) for kwargs in actions]

@@ -17,6 +17,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from omniflow.core.params import ACCELERATORS
 from omniflow.errors import ConfigError
 from omniflow.launcher import NodeSpec
 
@@ -268,11 +269,13 @@ def launch_node_actions(
     log_level: str = "info",
     params_file: str | None = None,
     camera_dds_profile: str = "",
+    vision_accelerator: str = "",
 ) -> list[dict[str, object]]:
     """The keyword arguments of a launch_ros ``Node`` for each node of a profile, from the
     values of the base launch file's arguments (:func:`base_arguments`): namespace, log level,
     use_sim_time (the profile's, or the argument), respawn for capture nodes, the camera's DDS
-    profile (``camera_dds_profile``; empty: the package's large-frames profile)."""
+    profile (``camera_dds_profile``; empty: the package's large-frames profile) and the fusion
+    node's ``vision.accelerator`` (``vision_accelerator``; empty: the parameters file's)."""
     camera_env = {
         DDS_PROFILE_VARIABLE: camera_dds_profile
         or os.path.join(share_dir, *FRAME_PUBLISHER_PROFILE)
@@ -286,7 +289,17 @@ def launch_node_actions(
             output="screen",
             respawn=node.respawn,
             respawn_delay=node.respawn_delay,
-            parameters=[*node.params_files, {"use_sim_time": node.use_sim_time or use_sim_time}],
+            parameters=[
+                *node.params_files,
+                {
+                    "use_sim_time": node.use_sim_time or use_sim_time,
+                    **(
+                        {"vision.accelerator": vision_accelerator}
+                        if vision_accelerator and node.name == "fusion"
+                        else {}
+                    ),
+                },
+            ],
             arguments=["--ros-args", "--log-level", log_level],
             remappings=list(node.remappings.items()),
             additional_env=dict(node.env) or None,
@@ -310,8 +323,8 @@ class LaunchArgument:
 
 def standard_arguments(profile_name: str | None = None) -> tuple[LaunchArgument, ...]:
     """The arguments every launch file declares (and a profile's file passes on to the base):
-    namespace, use_sim_time, params_file and log_level. With a profile, use_sim_time defaults
-    to the profile's and params_file names the profile's YAML."""
+    namespace, use_sim_time, params_file, log_level and vision_accelerator. With a profile,
+    use_sim_time defaults to the profile's and params_file names the profile's YAML."""
     if profile_name is None:
         sim_time = False
         own = ", ".join(f"config/{p.params_file}" for p in PROFILES.values())
@@ -330,6 +343,14 @@ def standard_arguments(profile_name: str | None = None) -> tuple[LaunchArgument,
             "params_file", "", f"YAML parameters keyed by node name; empty: {yaml_file}"
         ),
         LaunchArgument("log_level", "info", "Logging level: debug, info, warn, error"),
+        LaunchArgument(
+            "vision_accelerator",
+            "",
+            "Where fusion's object detector runs: auto (the Coral when present, else the "
+            "CPU), edgetpu (the Coral or fail) or cpu; empty: the parameters file's "
+            "vision.accelerator",
+            choices=("", *ACCELERATORS),
+        ),
     )
 
 

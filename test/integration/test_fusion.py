@@ -165,7 +165,8 @@ def test_speech_gives_a_transcript_and_an_association_with_the_frames_around_its
     described = {ns_from_time(m.header.stamp): m for m in scenes.messages}
     scene = described[ns_from_time(chosen.stamp)]
     assert chosen.summary == "; ".join(scene.observations)
-    assert scene.person_present == any(o in ("face", "person") for o in scene.observations)
+    words = {w for o in scene.observations for w in o.replace(",", " ").split()}
+    assert scene.person_present == bool(words & {"face", "person"})
     assert bool(scene.description) == bool(scene.observations)
     assert fusion.running
     summary = json.loads(status.messages[-1].data)
@@ -200,6 +201,12 @@ def test_unknown_vad_engine_is_refused_at_start_up_naming_the_allowed_values(sta
     process = start_node("omniflow.nodes.fusion", "fusion", {"vad.engine": "energy"})
     assert process.wait(timeout=30) == 2
     assert "allowed values: webrtc, silero" in process.output()
+
+
+def test_unknown_vision_accelerator_is_refused_at_start_up_naming_the_allowed_values(start_node):
+    process = start_node("omniflow.nodes.fusion", "fusion", {"vision.accelerator": "gpu"})
+    assert process.wait(timeout=30) == 2
+    assert "allowed values: auto, edgetpu, cpu" in process.output()
 
 
 def test_vision_rate_is_live_while_other_parameters_need_a_restart(ros_node, start_node):

@@ -131,6 +131,10 @@ class Encoded:
     code: int
     observations: tuple
 
+    @property
+    def summary(self) -> tuple:
+        return tuple((o.kind, o.region) for o in self.observations)
+
 
 class ScriptedVision:
     def __init__(self) -> None:
@@ -398,6 +402,14 @@ def test_utterance_ids_go_on_from_the_first_id_given():
     pipeline = FusionPipeline(config(), engines, first_utterance_id=7, clock=lambda: 0)
     events = feed(pipeline, [LOUD] * 3 + [QUIET] * 6)
     assert {e.utterance_id for e in of(events, VoiceActivityEvent)} == {7}
+
+
+def test_diagnostics_say_where_the_vision_models_run_and_why():
+    pipeline, engines = make(vision=True)
+    assert not any(k.startswith("vision.") for k in pipeline.diagnostics())  # nothing to say
+    engines.vision.diagnostics = lambda: {"backend": "cpu", "backend_reason": "CPU: no TPU"}
+    values = pipeline.diagnostics()
+    assert values["vision.backend"] == "cpu" and values["vision.backend_reason"] == "CPU: no TPU"
 
 
 # 15 fps offered: every 14th, 3rd and 2nd frame pass the gate (90 % of the period).

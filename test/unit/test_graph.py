@@ -74,6 +74,19 @@ def test_the_camera_dds_profile_defaults_to_the_shared_file(monkeypatch):
     assert camera.env == {DDS_PROFILE_VARIABLE: f"{SHARE}/config/fastdds/large_frames.xml"}
 
 
+def test_the_vision_accelerator_argument_sets_the_fusion_nodes_parameter_only():
+    def extra(**kwargs) -> dict[str, dict]:
+        actions = graph.launch_node_actions("pi", SHARE, **kwargs)
+        return {a["name"]: a["parameters"][-1] for a in actions}
+
+    assert all("vision.accelerator" not in p for p in extra().values())  # the YAML's
+    chosen = extra(vision_accelerator="edgetpu")
+    assert chosen["fusion"] == {"use_sim_time": False, "vision.accelerator": "edgetpu"}
+    assert all("vision.accelerator" not in p for n, p in chosen.items() if n != "fusion")
+    (argument,) = [a for a in graph.standard_arguments("pi") if a.name == "vision_accelerator"]
+    assert argument.choices == ("", "auto", "edgetpu", "cpu") and argument.default == ""
+
+
 def test_a_params_file_replaces_the_profiles_own():
     described = launch_nodes("pi", SHARE, params_file="/home/me/robot.yaml")
     assert {n.params_files for n in described} == {("/home/me/robot.yaml",)}
@@ -143,7 +156,7 @@ def test_output_topics_follow_the_nodes_by_name():
 
 
 LAUNCH_FILES = sorted((ROOT / "launch").glob("*.launch.py"))
-STANDARD = ("namespace", "use_sim_time", "params_file", "log_level")
+STANDARD = ("namespace", "use_sim_time", "params_file", "log_level", "vision_accelerator")
 
 
 @pytest.mark.parametrize("path", LAUNCH_FILES, ids=lambda p: p.name)

@@ -241,7 +241,7 @@ def test_output_is_readable_after_stop(start) -> None:
 
 ROOT = Path(__file__).resolve().parents[2]
 LAUNCH_DIR = ROOT / "launch"
-STANDARD = ("namespace", "use_sim_time", "params_file", "log_level")
+STANDARD = ("namespace", "use_sim_time", "params_file", "log_level", "vision_accelerator")
 
 
 def _vendored_launch() -> Path | None:
@@ -324,7 +324,7 @@ def test_profile_launch_files_declare_the_standard_arguments_and_include_the_bas
         performed(a.default_value, ros_launch.LaunchContext())
         for a in arguments.values()
         if a.name in STANDARD
-    ] == ["", sim_time, "", "info"]
+    ] == ["", sim_time, "", "info", ""]
     (include,) = [e for e in description.entities if isinstance(e, IncludeLaunchDescription)]
 
     context = ros_launch.LaunchContext()
@@ -377,6 +377,7 @@ def test_the_base_launch_file_declares_its_arguments_then_starts_the_nodes(ros_l
         "use_sim_time": "false",
         "params_file": "",
         "log_level": "info",
+        "vision_accelerator": "",
         "camera_dds_profile": "",
     }
     assert isinstance(description.entities[-1], OpaqueFunction)

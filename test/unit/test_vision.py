@@ -1,5 +1,6 @@
 """Tests of omniflow.engines.vision: real detectors on real photographs, LSH codes of frames,
-the Coral probe and fallback decision, and bad inputs.
+the Coral probe and fallback decision, and bad inputs (the COCO object detector and where it
+runs: test_vision_objects.py).
 
 The detectors are the .tflite files mediapipe 0.10.14 ships (installed with --no-deps from
 requirements/no-deps.txt); the photographs come with scikit-image. The Edge TPU cannot run
@@ -48,7 +49,8 @@ def _model_or_skip(kind: str) -> Path:
 def encoder() -> DetectorVisionEncoder:
     for kind in MEDIAPIPE_DETECTORS:
         _model_or_skip(kind)
-    return make_default_encoder()
+    # every MediaPipe detector (the default runs only the palm beside the objects)
+    return make_default_encoder(kinds=tuple(MEDIAPIPE_DETECTORS), accelerator="cpu")
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +119,9 @@ def test_result_fields_and_timings(encoder, photos) -> None:
     assert result.stamp_ns == 123
     assert 0 <= result.code < 2**32
     assert result.embedding.shape == (vision.DESCRIPTOR_DIM,)
-    assert {"face", "hand", "person", "descriptor", "lsh", "total"} <= set(result.timings_ms)
+    stages = {"objects", "face", "hand", "person", "descriptor", "lsh", "total"}
+    assert stages <= set(result.timings_ms)
+    assert result.labels[0] == "cup" and result.summary[0][0] == "object"
 
 
 # ---------------------------------------------------------------------------- embedding
@@ -195,7 +199,7 @@ def test_choose_backend_decisions(tmp_path) -> None:
     assert choose_backend(model, "auto", absent).backend == "cpu"
     with pytest.raises(EngineError, match="libedgetpu"):
         choose_backend(model, "edgetpu", absent)
-    with pytest.raises(ConfigError, match="auto, cpu, edgetpu"):
+    with pytest.raises(ConfigError, match="auto, edgetpu, cpu"):
         choose_backend(model, "gpu", absent)
 
 
@@ -227,7 +231,7 @@ def test_delegate_failure_falls_back_to_the_cpu_model(tmp_path, monkeypatch, cap
 
     monkeypatch.setattr(litert, "load_delegate", failing_delegate)
     present = EdgeTpuProbe(True, "libedgetpu.so.1", "loaded")
-    with caplog.at_level("INFO", logger="omniflow.engines.vision"):
+    with caplog.at_level("INFO", logger="omniflow.engines.vision.runtime"):
         runner = TfliteModel(model, accelerator="auto", probe=present)
     assert loaded == ["libedgetpu.so.1"]
     assert runner.backend == "cpu" and runner.model_path == model

@@ -190,6 +190,11 @@ class EncodedFrame(Protocol):
     @property
     def observations(self) -> Sequence[Observation]: ...
 
+    @property
+    def summary(self) -> Sequence[tuple[str, str | None]]:
+        """The frame as (kind, detail) pairs (``omniflow.core.scene.scene_pairs``)."""
+        ...
+
 
 class VisionEncoder(Protocol):
     """``omniflow.engines.vision.VisionEncoder``: one RGB frame -> code and observations."""
@@ -550,6 +555,9 @@ class FusionPipeline:
         values["ring.capacity"] = self.ring.capacity
         values.update({f"association.{k}": v for k, v in asdict(self.associator.stats).items()})
         values.update({f"scheduler.{k}": v for k, v in self.scheduler.stats.as_dict().items()})
+        vision_report = getattr(self.engines.vision, "diagnostics", None)
+        if vision_report is not None:  # where the vision models run, and why
+            values.update({f"vision.{k}": v for k, v in vision_report().items()})
         return values
 
     def set_vision_rate(self, rate_hz: float) -> None:
@@ -876,9 +884,7 @@ class FusionPipeline:
         result = vision.encode(rgb, stamp_ns)
         self._encoded.append(stamp_ns)
         self.stats.vision_encoded += 1
-        summary = tuple(
-            (o.kind, o.region if o.value is None else str(o.value)) for o in result.observations
-        )
+        summary = tuple(result.summary)
         labels = tuple(getattr(result, "labels", ()) or ())
         pointed = getattr(result, "pointed", None)
         words = self.engines.words

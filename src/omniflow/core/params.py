@@ -16,6 +16,10 @@ from omniflow.errors import ConfigError
 
 Value = bool | int | float | str
 
+#: The values of the fusion node's ``vision.accelerator`` (engines/vision) and of the launch
+#: argument that sets it (graph.py): written once here, where both can import it cheaply.
+ACCELERATORS = ("auto", "edgetpu", "cpu")
+
 
 @dataclass(frozen=True)
 class ParamSpec:

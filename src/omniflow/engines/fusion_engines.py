@@ -18,7 +18,12 @@ from omniflow.core.timing import SAMPLE_RATE
 from omniflow.engines.asr import ASR_ENGINES, Recognizer, make_recognizer
 from omniflow.engines.embedding import TextEmbedder, load_word_space
 from omniflow.engines.vad import VAD_ENGINES, make_vad
-from omniflow.engines.vision import VisionEncoder, make_default_encoder
+from omniflow.engines.vision import (
+    ACCELERATORS,
+    DEFAULT_DETECTORS,
+    VisionEncoder,
+    make_default_encoder,
+)
 
 __all__ = ["EchoSettings", "fusion_engines_from_params", "make_fusion_engines", "word_space"]
 
@@ -98,6 +103,54 @@ ENGINE_PARAMS = (
         read_only=True,
     ),
     ParamSpec("vision.enabled", True, "Encode camera frames into vision tokens", read_only=True),
+    ParamSpec(
+        "vision.accelerator",
+        "auto",
+        "Where the object detector runs: auto (the Edge TPU through pycoral, else through "
+        "the libedgetpu delegate, else the CPU, with the reason logged and in diagnostics), "
+        "edgetpu (refuse to start without one) or cpu",
+        choices=ACCELERATORS,
+        read_only=True,
+    ),
+    ParamSpec(
+        "vision.detectors",
+        ",".join(DEFAULT_DETECTORS),
+        "MediaPipe detectors run beside the objects, comma-separated: hand (the pointing "
+        "palm), face, person (pose); people already come from the objects",
+        read_only=True,
+    ),
+    ParamSpec(
+        "vision.model_dir",
+        "",
+        "Folder with the COCO detector's files under the names models/coco_detector.toml "
+        "lists (e.g. Coral's published ones); empty: those make setup installed (checked)",
+        read_only=True,
+    ),
+    ParamSpec(
+        "vision.threads",
+        2,
+        "CPU threads of each vision model (the objects and palm detectors on the CPU)",
+        minimum=1,
+        maximum=8,
+        read_only=True,
+    ),
+    ParamSpec(
+        "vision.objects.threshold",
+        0.4,
+        "Lowest score of an object that is reported (COCO detector)",
+        minimum=0.05,
+        maximum=0.95,
+        read_only=True,
+    ),
+    ParamSpec(
+        "vision.edgetpu.retry_s",
+        30.0,
+        "After the Edge TPU failed mid-run (objects then run on the CPU), try it again this often",
+        unit="s",
+        minimum=1.0,
+        maximum=3600.0,
+        read_only=True,
+    ),
     ParamSpec(
         "echo.enabled",
         True,
@@ -200,6 +253,17 @@ def fusion_engines_from_params(
             whisper_partial_interval_ms=p["asr.whisper.partial_interval_ms"],
         )
 
+    def vision() -> VisionEncoder:
+        kinds = [k.strip() for k in str(p["vision.detectors"]).split(",") if k.strip()]
+        return make_default_encoder(
+            kinds,
+            num_threads=p["vision.threads"],
+            accelerator=p["vision.accelerator"],
+            model_dir=p["vision.model_dir"],
+            object_threshold=p["vision.objects.threshold"],
+            retry_s=p["vision.edgetpu.retry_s"],
+        )
+
     echo = (
         EchoSettings(p["echo.suppress_score"], p["echo.max_delay_ms"], p["echo.reverb_ms"])
         if p["echo.enabled"]
@@ -210,7 +274,7 @@ def fusion_engines_from_params(
         min_speech_ms=p["vad.min_speech_ms"],
         min_silence_ms=p["vad.min_silence_ms"],
         recognizer=recognizer,
-        vision=(vision_factory or make_default_encoder) if p["vision.enabled"] else None,
+        vision=(vision_factory or vision) if p["vision.enabled"] else None,
         echo=echo,
         words=word_space if p["vision.enabled"] else None,
     )

@@ -170,10 +170,12 @@ class FusionNode(LifecycleBase):
             ),
             ev.SceneEvent: self.create_lifecycle_publisher(Scene, "scene", EVENTS),
         }
+        report = getattr(engines.vision, "diagnostics", dict)()
+        where = f", objects on {report['backend']}: {report['backend_reason']}" if report else ""
         return (
             f"vad {p['vad.engine']}, {p['asr.engine']} "
             f"({p['asr.grammar_path'] or 'open vocabulary'}), vision "
-            f"{'on' if engines.vision else 'off'} ({p['vision.rate_hz']:g} frames/s), "
+            f"{'on' if engines.vision else 'off'} ({p['vision.rate_hz']:g} frames/s{where}), "
             f"slice {p['scheduler.slice_ms']} ms, echo removal "
             f"{'on' if engines.echo else 'off'}"
         )
