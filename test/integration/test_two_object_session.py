@@ -4,14 +4,14 @@ frame of the object a question names, where the choice by time alone does not.
 ``test/data/samples/two_objects.mcap`` (scripts/make_sample_session.py --scenario
 two-objects): the cat until 2.5 s, then the cup; at 3.2 s, with the cup on screen, the user
 asks "What colour is the cat?"; at 5.8 s, a hand pointing at the cup, "What is this?". The
-audio and frames go through :class:`FusionPipeline` with the real webrtc VAD, Whisper tiny.en
-and the shipped word space; the vision encoder is :data:`ENCODER`.
+audio and frames go through :class:`FusionPipeline` with the real webrtc VAD, Whisper tiny.en,
+the default vision encoder (Coral's COCO detector on the CPU, MediaPipe's palm detector) and
+the shipped word space.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -24,34 +24,9 @@ from omniflow.core.fusion_pipeline import FusionConfig, FusionPipeline
 from omniflow.core.timing import NS_PER_MS, NS_PER_S
 from omniflow.engines.asr import make_recognizer
 from omniflow.engines.fusion_engines import make_fusion_engines, word_space
+from omniflow.engines.vision import make_default_encoder
 
 SESSION = Path(__file__).resolve().parents[1] / "data" / "samples" / "two_objects.mcap"
-SKIN = np.array([224, 172, 140])  # the hand marker's colour (make_sample_session.draw_hand)
-
-
-@dataclass(frozen=True)
-class Seen:
-    code: int
-    labels: tuple[str, ...]
-    pointed: str | None
-    observations: tuple = field(default=())
-
-
-class PhotographEncoder:
-    """Knows which of the session's two photographs a frame shows (by its mean blue) and
-    whether the hand marker is in view, and answers with the labels the COCO
-    detector gives them (measured: coffee: cup 0.95, dining table 0.58; chelsea: cat 0.91);
-    the hand marker in view points at the main object."""
-
-    def encode(self, rgb: np.ndarray, stamp_ns: int) -> Seen:
-        hand = int(np.sum(np.all(np.abs(rgb.astype(int) - SKIN) < 3, axis=-1))) > 300
-        cat = float(rgb[..., 2].mean()) > 70  # blue: the cat photograph ~84, the coffee ~50
-        labels = ("cat",) if cat else ("cup", "dining table")
-        return Seen(0, labels, labels[0] if hand else None)
-
-
-# The encoder the test runs; the COCO detector's encoder replaces it here, in one line.
-ENCODER = PhotographEncoder
 
 
 def _chosen_labels(decision: Decision) -> tuple[str, ...]:
@@ -66,7 +41,7 @@ def run() -> dict[int, list[Decision | TranscriptEvent]]:
         min_speech_ms=60,
         min_silence_ms=400,
         recognizer=lambda: make_recognizer("whisper"),
-        vision=ENCODER,
+        vision=make_default_encoder,
         words=word_space,
     )
     config = FusionConfig(
