@@ -4,7 +4,8 @@
 and how each field is compared (exactly, as a stamp within a tolerance, as text by similarity,
 or as a list of stamps). Topics are compared when their publishing node is part of the replay
 graph (``omniflow.graph``): the fusion outputs, the dialogue node's ``dialogue_state`` sequence
-of the first exchange and a non-empty first ``response``, as ``make golden`` recorded them.
+of the first exchange and the first ``response`` (not empty, and the objects it names), as
+``make golden`` recorded them.
 
     python -m omniflow.regression            # replay the sample session, compare, exit 1 on a
                                              # difference
@@ -16,12 +17,14 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from omniflow import report
+from omniflow.core.lexicon import COCO_LABELS
 from omniflow.graph import PROFILES, output_topics
 
 EXACT, STAMP, STAMPS, TEXT = "exact", "stamp", "stamps", "text"
@@ -81,7 +84,8 @@ def _transcripts(run: report.Run) -> list[dict]:
 # The dialogue's later states and answers depend on how fast the model decodes on the machine
 # (an answer still being generated when the session's next utterance starts is cancelled, and
 # the words carried into the next turn), so only what every run shares is compared: the first
-# exchange goes user speaking -> thinking -> speaking, and the first answer is not empty.
+# exchange goes user speaking -> thinking -> speaking, and the first answer is not empty and
+# names the objects it names in the golden file.
 _USER_SPEAKING, _THINKING, _SPEAKING = 1, 2, 3
 
 
@@ -93,8 +97,21 @@ def _first_exchange(run: report.Run) -> list[dict]:
     return [{"state": state} for state in seen]
 
 
+def named_objects(text: str) -> list[str]:
+    """The COCO labels that ``text`` names (a plural counts), sorted."""
+    lowered = text.lower()
+    return sorted(
+        label for label in COCO_LABELS if re.search(rf"\b{re.escape(label)}s?\b", lowered)
+    )
+
+
 def _responses(run: report.Run) -> list[dict]:
-    return [{"nonempty": bool(r["text"].strip())} for r in report.responses(run)[:1]]
+    """The first answer: said at all, and the objects it names (decoding is greedy, so the
+    answer to "What is this?" with the hand pointing at the cup names the cup every run)."""
+    return [
+        {"nonempty": bool(r["text"].strip()), "names": named_objects(r["text"])}
+        for r in report.responses(run)[:1]
+    ]
 
 
 OUTPUTS = (
@@ -108,7 +125,7 @@ OUTPUTS = (
         "voice_activity", _voice_activity, {"event": EXACT, "utterance_id": EXACT, "t_s": STAMP}
     ),
     Output("dialogue_state", _first_exchange, {"state": EXACT}),
-    Output("response", _responses, {"nonempty": EXACT}),
+    Output("response", _responses, {"nonempty": EXACT, "names": EXACT}),
 )
 
 
