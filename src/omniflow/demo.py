@@ -101,6 +101,7 @@ class LivePrinter:
         self._out = out or (lambda text: print(text, flush=True))
         self._lock = threading.Lock()
         self._turn: int | None = None
+        self._triggers: set[int] = set()
 
     def _t(self, ns: int) -> str:
         return f"[{(ns - self._start_ns) / NS_PER_S:6.2f} s]"
@@ -128,9 +129,11 @@ class LivePrinter:
                     or "none"
                 )
                 seen = "; ".join(dict.fromkeys(c.summary for c in chosen if c.summary))
-                by = f'the words "{msg.query}"' if msg.query else "speech onset"
+                trigger_ns = report.stamp_ns(msg.trigger.stamp)
+                by = report.decided_by(msg.query, trigger_ns in self._triggers)
+                self._triggers.add(trigger_ns)
                 self._out(
-                    f"{self._t(report.stamp_ns(msg.trigger.stamp))} {by}: chose frame(s) "
+                    f"{self._t(trigger_ns)} {by}: chose frame(s) "
                     f"{frames} of {len(msg.candidates)}" + (f" [{seen}]" if seen else "")
                 )
             elif topic == "response":
@@ -338,10 +341,10 @@ def print_summary(result: SessionResult) -> dict[str, Path]:
             f"  {entry['start_s']:6.2f}-{entry['end_s']:6.2f} s  utterance "
             f'{entry["utterance_id"]}: "{entry["text"]}"'
         )
-    print("\nframes the association chose (speech onset, then the final's words -> frames):")
+    print("\nframes the association chose (at the speech onset, then by the final's words):")
     for entry in report.associations(run):
         chosen = ", ".join(f"{c:.3f} s" for c in entry["chosen_s"]) or "none"
-        by = f'words "{entry["query"]}"' if entry["query"] else "time only"
+        by = entry["by"]
         seen = "; ".join(dict.fromkeys(s for s in entry["chosen_summaries"] if s))
         print(
             f"  onset {entry['trigger_s']:6.2f} s, {by} -> {chosen} "

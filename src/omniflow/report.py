@@ -82,18 +82,31 @@ def transcripts(run: Run) -> list[dict]:
     ]
 
 
+def decided_by(query: str, again: bool) -> str:
+    """What an association decision went by: fusion decides once at the speech onset (time
+    only) and ``again`` when the final transcript comes, by its object words (``query``)."""
+    if not again:
+        return "speech onset"
+    return f'the words "{query}"' if query else "the final (no object named)"
+
+
 def associations(run: Run) -> list[dict]:
     """Every association decision: trigger time, the words it was decided by ("" at the
     onset: time only), chosen frames with what they hold, and the candidates' count."""
     out = []
+    triggers: set[int] = set()
     for _, m in run.of("associations"):
         chosen = [c for c in m.candidates if c.chosen]
+        trigger_ns = stamp_ns(m.trigger.stamp)
+        again = trigger_ns in triggers
+        triggers.add(trigger_ns)
         out.append(
             {
                 "decision_id": int(m.decision_id),
                 "utterance_id": int(m.utterance_id),
-                "trigger_s": run.seconds(stamp_ns(m.trigger.stamp)),
+                "trigger_s": run.seconds(trigger_ns),
                 "query": m.query,
+                "by": decided_by(m.query, again),
                 "chosen_s": [run.seconds(stamp_ns(c.stamp)) for c in chosen],
                 "chosen_scores": [round(float(c.score), 3) for c in chosen],
                 "chosen_summaries": [c.summary for c in chosen],
