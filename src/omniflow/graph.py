@@ -93,7 +93,7 @@ TOPICS = (
         "omniflow/msg/Transcript",
         EVENTS,
         "dialogue",
-        "each utterance that starts a turn",
+        "each utterance that starts a turn or asks the robot to stop",
     ),
     TopicSpec(
         "response",

@@ -47,12 +47,14 @@ def sees_images(params: Mapping[str, Any]) -> bool:
 
 @dataclass
 class Job:
-    """One turn to answer; ``turn_start_ns`` is when the user finished (for the chunks)."""
+    """One turn to answer; ``turn_start_ns`` is when the user finished (for the chunks).
+    ``reply``, when set, is the whole answer: delivered as one delta, the model not asked."""
 
     turn_id: int
     prompt: Prompt
     turn_start_ns: int
     cancel: threading.Event = field(default_factory=threading.Event)
+    reply: str = ""
 
 
 @dataclass
@@ -141,12 +143,13 @@ class ModelWorker:
         if backend is not None:
             backend.close()
 
-    def submit(self, turn_id: int, prompt: Prompt, turn_start_ns: int) -> Job:
-        """Queue a turn; what was being evaluated ahead stops (the turn starts over it)."""
+    def submit(self, turn_id: int, prompt: Prompt, turn_start_ns: int, reply: str = "") -> Job:
+        """Queue a turn (answered with ``reply`` as it is, when given); what was being
+        evaluated ahead stops (the turn starts over it)."""
         with self._work:
             self._warm_cancel.set()
             self._warm_prompt = None
-            job = Job(turn_id, prompt, turn_start_ns)
+            job = Job(turn_id, prompt, turn_start_ns, reply=reply)
             self._cancels[turn_id] = job.cancel
             self._jobs.append(job)
             self._work.notify_all()
@@ -213,7 +216,8 @@ class ModelWorker:
         index = 0
         error = ""
         try:
-            for delta in backend.generate(job.prompt, cancel=job.cancel):
+            deltas = [job.reply] if job.reply else backend.generate(job.prompt, cancel=job.cancel)
+            for delta in deltas:
                 if job.cancel.is_set():
                     break
                 with self._lock:
@@ -225,7 +229,7 @@ class ModelWorker:
             error = f"the model failed: {err}"
         except Exception as err:  # noqa: BLE001 - a backend bug must not end the conversation
             error = f"the model failed unexpectedly: {type(err).__name__}: {err}"
-        stats = backend.last_stats
+        stats = None if job.reply else backend.last_stats
         with self._lock:
             if stats is not None:
                 self.stats.record(stats)
