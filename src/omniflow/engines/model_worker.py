@@ -23,9 +23,10 @@ from typing import Any
 
 from omniflow.core.prompt import Prompt
 from omniflow.engines.llm import LLM_PARAMS, GenerationStats, LlmBackend, make_backend
+from omniflow.engines.llm.inprocess import InProcessBackend
 from omniflow.errors import EngineError
 
-__all__ = ["Job", "ModelWorker", "WorkerStats", "llm_values", "sees_images"]
+__all__ = ["Job", "ModelWorker", "WorkerStats", "llm_values", "sees_images", "warm_up"]
 
 # How long the idle worker sleeps before it looks at its stop event again.
 _IDLE_WAIT_S = 0.5
@@ -43,6 +44,24 @@ def sees_images(params: Mapping[str, Any]) -> bool:
     return params["llm.backend"] == "minicpmv" or (
         params["llm.backend"] == "remote" and bool(params["llm.remote.images"])
     )
+
+
+# The warm-up question: short, so the warm-up costs little beyond the system text.
+_WARM_UP_QUESTION = "Hello."
+
+
+def warm_up(backend: LlmBackend, system: str) -> None:
+    """Answer a short question with one token, so the first turn after start is as fast as
+    later ones: llama.cpp allocates its compute buffers and touches every weight page in its
+    first decode, and the system text stays in the KV cache for the first turn's prompt to
+    reuse. Only for a model in this process (a remote server warms itself): for the others
+    a no-op. EngineError when the model fails."""
+    if not isinstance(backend, InProcessBackend):
+        return
+    for _ in backend.generate(
+        Prompt(system=system, user=_WARM_UP_QUESTION), cancel=threading.Event(), max_tokens=1
+    ):
+        pass
 
 
 @dataclass
@@ -116,8 +135,13 @@ class ModelWorker:
         backend = make_backend(llm_values(params))
         started = time.monotonic()
         backend.load()
+        loaded = time.monotonic()
+        warm_up(backend, str(params["llm.system_prompt"]))
         self.attach(backend)
-        return f"model loaded ({backend.name}) in {time.monotonic() - started:.1f} s"
+        return (
+            f"model loaded ({backend.name}) in {loaded - started:.1f} s, warmed up in "
+            f"{time.monotonic() - loaded:.1f} s"
+        )
 
     def attach(self, backend: LlmBackend) -> None:
         """Use this (loaded) backend from the next job on."""
