@@ -280,16 +280,6 @@ class PocketsphinxRecognizer(Recognizer):
 _WHISPER_WINDOW_S = 30  # Whisper reads at most 30 s: the buffer never holds more
 
 
-def _voiced_sound(seconds: float = 1.0) -> np.ndarray:
-    """A hummed vowel (a gliding 120 Hz pulse train with its harmonics, swelling three times a
-    second) as 16 kHz int16: Whisper decodes words from it ("mmm mmm mmm"), so decoding it
-    exercises every stage a real utterance does."""
-    t = np.arange(int(seconds * SAMPLE_RATE)) / SAMPLE_RATE
-    phase = 2 * np.pi * np.cumsum(120 + 30 * np.sin(2 * np.pi * 2 * t)) / SAMPLE_RATE
-    wave = sum(np.sin(k * phase) / k for k in range(1, 30)) * (0.5 + 0.5 * np.sin(6 * np.pi * t))
-    return (wave / np.abs(wave).max() * 8000).astype(np.int16)
-
-
 def _load_faster_whisper() -> Any:
     # The model is always given by path; this makes huggingface_hub refuse any download.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -468,10 +458,8 @@ class WhisperRecognizer(Recognizer):
         self._worker = _Worker(self._decode_fn(model, language, beam_size))
         weakref.finalize(self, self._worker.close)
         # The first decode of a process is about 3x slower (allocations, kernel selection):
-        # pay for it now, on the worker, not in the first utterance. A voiced sound, not
-        # silence: silence decodes no token, so the beam search and the word alignment
-        # would still be cold.
-        self._worker.submit(_Job(0, _voiced_sound()))
+        # pay for it now, on the worker, not in the first utterance.
+        self._worker.submit(_Job(0, np.zeros(SAMPLE_RATE, dtype=np.int16)))
         self._start_ns = 0
         self._active = False
         self._utterance = 0
