@@ -407,6 +407,27 @@ def test_a_stop_then_a_question_answers_the_question_alone():
     assert states(actions) == [State.THINKING]
 
 
+def test_a_stop_request_drops_a_question_held_for_later():
+    dm = DialogueManager(barge_in=False)
+    turn = speaking(dm)
+    assert dm.transcript(2, "and that", True, 2.0) == []  # held: barge-in is off
+    dm.transcript(3, "Stop.", True, 2.5)
+    dm.generated(turn, 2.6)
+    assert not of(dm.speech(False, turn, 3.0), StartTurn)
+    assert dm.state == State.LISTENING
+
+
+def test_speech_over_an_acknowledgement_carries_no_old_question():
+    dm = DialogueManager(stop_reply="Okay.")
+    spoken_turn(dm, "what is this")
+    dm.voice_start(2, 0.09, 1.2)  # the user goes on while the model thinks
+    ack = of(dm.transcript(2, "wait", True, 1.5), StartTurn)[0]
+    assert ack.reply == "Okay."
+    dm.voice_start(3, 0.09, 1.6)  # and speaks again while the acknowledgement is pending
+    actions = dm.transcript(3, "the red one", True, 2.0)
+    assert of(actions, StartTurn)[0].user_text == "the red one"
+
+
 def test_a_stop_request_can_get_a_fixed_acknowledgement():
     dm = DialogueManager(stop_reply="Okay.")
     speaking(dm)

@@ -428,6 +428,7 @@ class DialogueManager:
             return []
         if not listening_to_user:
             if self.stop.split(text)[0]:  # heard without a barge-in (off, or too short)
+                self._held = None  # a question held for later was stopped too
                 return self._end_turn(
                     "interrupted",
                     _STOPPED,
@@ -451,6 +452,7 @@ class DialogueManager:
         if not full:
             if not stop:
                 return [self._set(State.LISTENING, "nothing was recognised")]
+            self._last_user_text = ""  # nothing to carry into the next turn
             actions: list[Action] = [UserSaid(utterance_id, text)]
             if not self.stop_reply:
                 return [*actions, self._set(State.LISTENING, _STOPPED)]
