@@ -24,7 +24,10 @@ Method (prints one JSON object):
   speech onset, and the engine's compute:
   pocketsphinx's feed+finish time; Whisper's worker decode time (partials and finals).
   Real-time factor = compute / audio duration; for Whisper also one decode of the whole
-  utterance (``rtf_one_decode``: what a decode-at-the-end design would wait for).
+  utterance (``rtf_one_decode``: what a decode-at-the-end design would wait for), its word
+  error rate (``wer_full_decode``: the streaming final, which reuses the decode that already
+  covers the speech, must stay within +0.02 of it) and its time against the streaming
+  final's latency (``full_decode_ms``, ``final_over_full_decode``).
 - Word error rate: (substitutions + deletions + insertions) / reference words after lower
   case and punctuation removed, over all utterances of a set.
 
@@ -174,14 +177,23 @@ def run_engine(
     }
     if whisper:
         st = rec.stats
-        one = []
-        for _, _, samples in utterances[: len(COMMANDS) + len(OPEN)]:
+        one, full_ms, full_errors = [], [], [0, 0]
+        for _, ref, samples in utterances:
             t0 = time.perf_counter()
-            rec._worker.decode(samples)  # one synchronous decode of the whole utterance
-            one.append((time.perf_counter() - t0) / (len(samples) / RATE))
+            text = rec._worker.decode(samples).text  # one decode of the whole utterance
+            full_ms.append((time.perf_counter() - t0) * 1000)
+            one.append(full_ms[-1] / 1000 / (len(samples) / RATE))
+            full_errors[0] += edit_distance(words(ref), words(text))
+            full_errors[1] += len(words(ref))
         result.update(
             {
                 "rtf_one_decode_median": median(one, 4),
+                "wer_full_decode": ratio(*full_errors),
+                "full_decode_ms": summary(full_ms, 1, figures=("median", "p90"), count=None),
+                "final_over_full_decode": {
+                    "median": ratio(median(finishes), median(full_ms)),
+                    "p90": ratio(summary(finishes, 2)["p90"], summary(full_ms, 2)["p90"]),
+                },
                 "decodes": st.decodes,
                 "decode_ms_mean": round(st.decode_ns_total / max(st.decodes, 1) / 1e6, 1),
                 "finals_ready": st.finals_ready,

@@ -15,6 +15,10 @@ Measured, in one run:
     chunk measured above.
   - *first token -> first audio*, tokens streamed word by word every 25 ms (an LLM at 40
     tokens/s): includes the chunker waiting for the first phrase.
+  - the same for an answer whose first comma comes late (``CLAUSE``, the embedded model's
+    usual kind), with the first phrase ending before a clause opener
+    (``chunker.first_clause_words`` 3, the default) and without (6 = ``first_max_words``:
+    a sentence end, a comma or six words), alternating turn by turn on one node.
   - *stop*: while the robot speaks, a DialogueState INTERRUPTED is published; latency to the
     idle SpeechState arriving here, and from the interrupt to the end of the last block
     played after it (<= 0 when no block went out after it).
@@ -33,7 +37,7 @@ import sys
 import time
 from pathlib import Path
 
-from _common import difference, summary, write_result
+from _common import difference, median, ratio, summary, write_result
 
 TEXTS = {
     "short": "Hello robot.",
@@ -46,6 +50,7 @@ TEXTS = {
     * 3,
 }
 STREAMED = "Sure, the red box on the table is a toolbox, and it holds a hammer and some pliers."
+CLAUSE = "The cup is red and it holds hot coffee for you, so be careful with it."
 BLOCK_MS = 20.0
 
 
@@ -109,6 +114,8 @@ def bench_engines(repeats: int, piper_path: str | None) -> dict[str, dict]:
 
 def bench_node(turns: int) -> dict[str, dict]:
     import rclpy
+    from rclpy.parameter import Parameter
+    from rclpy.parameter_client import AsyncParameterClient
 
     from omniflow.launcher import NodeProcess, NodeSpec
     from omniflow.msg import AudioChunk, DialogueState, ResponseChunk, SpeechState
@@ -156,7 +163,29 @@ def bench_node(turns: int) -> dict[str, dict]:
     def wait_idle(timeout: float = 30.0) -> None:
         states.wait_until(lambda s: not s[-1].speaking, timeout, "idle")
 
+    def stream_turn(text: str, turn_id: int) -> float:
+        """Publish ``text`` word by word every 25 ms; first token -> first audio (ms)."""
+        words = text.split(" ")
+        first = None
+        for index, word in enumerate(words):
+            stamp = publish(
+                index, word if index == 0 else " " + word, index == len(words) - 1, turn_id
+            )
+            first = first or stamp
+            time.sleep(0.025)
+        return (first_block_after(first) - first) / 1e6
+
+    def set_clause_words(value: int) -> None:
+        future = params.set_parameters([Parameter("chunker.first_clause_words", value=value)])
+        deadline = time.monotonic() + 10
+        while not future.done():
+            if time.monotonic() > deadline:
+                raise TimeoutError("the speech node did not take chunker.first_clause_words")
+            time.sleep(0.01)
+
+    params = AsyncParameterClient(node, f"{ns}/speech")
     ready_ms, streamed_ms, idle_ms, silent_ms = [], [], [], []
+    clause_ms: dict[int, list[float]] = {3: [], 6: []}
     try:
         with spinning(node):
             deadline = time.monotonic() + 20
@@ -172,16 +201,16 @@ def bench_node(turns: int) -> dict[str, dict]:
                 wait_idle()
             for _ in range(turns):
                 turn += 1
-                words = STREAMED.split(" ")
-                first = None
-                for index, word in enumerate(words):
-                    stamp = publish(
-                        index, word if index == 0 else " " + word, index == len(words) - 1, turn
-                    )
-                    first = first or stamp
-                    time.sleep(0.025)
-                streamed_ms.append((first_block_after(first) - first) / 1e6)
+                streamed_ms.append(stream_turn(STREAMED, turn))
                 wait_idle()
+            params.wait_for_services(timeout_sec=20)
+            for _ in range(turns):
+                for clause_words, values in clause_ms.items():
+                    set_clause_words(clause_words)
+                    turn += 1
+                    values.append(stream_turn(CLAUSE, turn))
+                    wait_idle()
+            set_clause_words(3)
             for _ in range(turns):
                 turn += 1
                 publish(0, TEXTS["long"], True, turn)
@@ -215,6 +244,11 @@ def bench_node(turns: int) -> dict[str, dict]:
     return {
         "phrase_ready_to_first_audio_ms": spread(ready_ms),
         "first_token_to_first_audio_ms": spread(streamed_ms),
+        "late_comma_first_token_to_first_audio_ms": {
+            "clause_opener": spread(clause_ms[3]),
+            "sentence_comma_or_6_words": spread(clause_ms[6]),
+            "ratio_median": ratio(median(clause_ms[3]), median(clause_ms[6])),
+        },
         "interrupt_to_idle_state_ms": spread(idle_ms),
         "interrupt_to_last_block_end_ms": spread(silent_ms),
     }

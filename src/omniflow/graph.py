@@ -95,7 +95,7 @@ TOPICS = (
         "omniflow/msg/Transcript",
         EVENTS,
         "dialogue",
-        "each utterance that starts a turn",
+        "each utterance that starts a turn or asks the robot to stop",
     ),
     TopicSpec(
         "response",

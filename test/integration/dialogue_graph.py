@@ -127,6 +127,21 @@ class Graph:
             )
         )
 
+    def final_transcript(self, utterance_id: int, text: str) -> None:
+        """Publish the final transcript of an utterance that just ended."""
+        now_ns = self.node.get_clock().now().nanoseconds
+        self.transcript.publish(
+            Transcript(
+                header=conversions.header(now_ns, "microphone"),
+                utterance_id=utterance_id,
+                start=conversions.time_from_ns(now_ns - 10**9),
+                end=conversions.time_from_ns(now_ns),
+                text=text,
+                confidence=0.9,
+                is_final=True,
+            )
+        )
+
 
 def wait_future(future, timeout: float):
     deadline = time.monotonic() + timeout

@@ -12,7 +12,7 @@ from action_msgs.msg import GoalStatus
 from dialogue_graph import ANSWER_TIMEOUT_S, LONG_PROMPT, START_TIMEOUT_S, Graph, wait_future
 from lifecycle_msgs.msg import State as LifecycleStateMsg
 
-from omniflow.msg import DialogueState, ResponseChunk, Scene, Transcript
+from omniflow.msg import DialogueState, ResponseChunk, Scene
 from omniflow.ros import conversions
 from omniflow.ros.qos import EVENTS
 from ros_helpers import lifecycle_state
@@ -112,18 +112,7 @@ def test_listen_goal_answers_the_next_utterance_and_user_said_fires(graph):
     assert handle.accepted
     time.sleep(0.5)
     graph.speak_user(7, 0.3)
-    now_ns = graph.node.get_clock().now().nanoseconds
-    graph.transcript.publish(
-        Transcript(
-            header=conversions.header(now_ns, "microphone"),
-            utterance_id=7,
-            start=conversions.time_from_ns(now_ns - 10**9),
-            end=conversions.time_from_ns(now_ns),
-            text="what is your name",
-            confidence=0.9,
-            is_final=True,
-        )
-    )
+    graph.final_transcript(7, "what is your name")
     result = wait_future(handle.get_result_async(), ANSWER_TIMEOUT_S).result
     assert result.success, result.error
     assert result.transcript.text == "what is your name"
@@ -156,6 +145,41 @@ def test_barge_in_stops_generation_and_playback(graph):
     time.sleep(1.0)
     assert len([c for c in graph.chunks.messages if c.turn_id == turn]) == count
     assert stopped < 10
+
+
+def test_a_stop_request_ends_the_turn_without_an_answer(graph):
+    handle, _ = graph.send(LONG_PROMPT)
+    graph.speech_states.wait_until(
+        lambda ms: any(m.speaking for m in ms), timeout=ANSWER_TIMEOUT_S, what="speaking"
+    )
+    graph.speak_user(3, 0.2)
+    graph.wait_state(DialogueState.INTERRUPTED, timeout=10)
+    goal_turn = wait_future(handle.get_result_async(), 30).result.turn_id
+    graph.final_transcript(3, "Wait, stop.")
+    graph.states.wait_until(
+        lambda ms: ms[-1].state == DialogueState.LISTENING and "stop" in ms[-1].reason,
+        timeout=30,
+        what="listening after the stop request",
+    )
+    said = graph.said.wait_for(1, timeout=10)
+    assert said[0].text == "Wait, stop."
+    # a standalone stop while idle: no answer either
+    graph.speak_user(4, 0.2)
+    graph.final_transcript(4, "Stop.")
+    graph.said.wait_for(2, timeout=10)
+    time.sleep(2.0)  # time enough for the model to have started an answer
+    assert not [c for c in graph.chunks.messages if c.turn_id > goal_turn]
+    assert graph.state_sequence()[-1] == DialogueState.LISTENING
+    # a stop followed by a question: the question is answered
+    graph.speak_user(5, 0.2)
+    graph.final_transcript(5, "Stop. What is that animal?")
+    chunks = graph.chunks.wait_until(
+        lambda ms: any(m.is_final and m.turn_id > goal_turn for m in ms),
+        timeout=ANSWER_TIMEOUT_S,
+        what="the answer to the question after the stop",
+    )
+    assert turn_text(chunks, goal_turn + 1).strip()
+    assert graph.said.wait_for(3, timeout=10)[2].text == "Stop. What is that animal?"
 
 
 def test_a_missing_model_fails_configure_and_the_node_stays_up(ros_node, start_node):

@@ -16,6 +16,7 @@ from omniflow.core.dialogue import (
     StartTurn,
     State,
     StateChanged,
+    StopPhrases,
     TurnEnded,
     UserSaid,
     Warm,
@@ -87,9 +88,9 @@ def test_barge_in_while_speaking_cancels_and_interrupts():
     assert states(actions) == [State.INTERRUPTED]
     assert dm.active_turn == 0
     # the interrupting utterance becomes the next turn
-    assert dm.transcript(2, "stop", False, 2.2) == [Warm("stop")]
-    actions = dm.transcript(2, "stop that", True, 2.6)
-    assert of(actions, StartTurn) == [StartTurn(2, "stop that", "speech", 2)]
+    assert dm.transcript(2, "and", False, 2.2) == [Warm("and")]
+    actions = dm.transcript(2, "and that one", True, 2.6)
+    assert of(actions, StartTurn) == [StartTurn(2, "and that one", "speech", 2)]
     assert states(actions) == [State.THINKING]
 
 
@@ -221,6 +222,7 @@ EVENTS = st.sampled_from(
         "partial",
         "final",
         "empty",
+        "stop",
         "token",
         "generated",
         "failed",
@@ -250,8 +252,8 @@ def test_any_sequence_of_inputs_keeps_the_machine_consistent(events):
             dm.voice_ongoing(i, 0.5, now)
         elif event == "partial":
             dm.transcript(i, "words", False, now)
-        elif event in ("final", "empty"):
-            dm.transcript(i, "words" if event == "final" else "", True, now)
+        elif event in ("final", "empty", "stop"):
+            dm.transcript(i, {"final": "words", "empty": "", "stop": "stop"}[event], True, now)
         elif event == "token":
             dm.token(turn, "x", now)
         elif event in ("generated", "failed"):
@@ -325,3 +327,112 @@ def test_the_manager_takes_its_parameters_by_name():
     assert (dm.barge_in, dm.barge_in_min_speech_s, dm.speech_start_timeout_s) == (True, 0.06, 3.0)
     dm.set_params({**params, "barge_in.enabled": False, "barge_in.min_speech_ms": 200})
     assert (dm.barge_in, dm.barge_in_min_speech_s) == (False, 0.2)
+    dm.set_params({**params, "stop.words": "halt", "stop.reply": " Okay. "})
+    assert dm.stop.split("stop") == (False, "stop") and dm.stop.split("halt")[0]
+    assert dm.stop_reply == "Okay."
+
+
+@pytest.mark.parametrize(
+    ("text", "stop", "rest"),
+    [
+        ("stop", True, ""),
+        ("Stop.", True, ""),
+        ("Wait, stop!", True, ""),
+        ("Okay, hold on a second.", True, ""),
+        ("That’s enough, thank you.", True, ""),
+        ("Be quiet please", True, ""),
+        ("Shut up.", True, ""),
+        ("Stop. What is that animal?", True, "What is that animal?"),
+        ("Wait, what is this?", True, "what is this?"),
+        ("Stop the music.", False, "Stop the music."),
+        ("What is that?", False, "What is that?"),
+        ("Okay.", False, "Okay."),  # fillers alone ask for nothing
+        ("Um, what is it?", False, "Um, what is it?"),
+        ("", False, ""),
+    ],
+)
+def test_stop_requests_are_stop_phrases_and_fillers_in_leading_clauses(text, stop, rest):
+    dm = DialogueManager()
+    assert dm.stop.split(text) == (stop, rest)
+
+
+def test_stop_phrases_come_from_the_parameters():
+    phrases = StopPhrases.parse("halt, hold it", "bitte")
+    assert phrases.split("Bitte, halt!") == (True, "")
+    assert phrases.split("stop") == (False, "stop")
+    assert phrases.split("hold it") == (True, "")
+    assert phrases.split("hold") == (False, "hold")
+
+
+def test_a_stop_request_after_a_barge_in_gets_no_answer():
+    dm = DialogueManager(barge_in_min_speech_s=0.1)
+    turn = speaking(dm)
+    actions = dm.voice_ongoing(2, 0.2, 2.0)
+    assert of(actions, Cancel)[0].turn_id == turn
+    actions = dm.transcript(2, "Wait, stop.", True, 2.5)
+    assert not of(actions, StartTurn)
+    assert of(actions, UserSaid) == [UserSaid(2, "Wait, stop.")]
+    assert states(actions) == [State.LISTENING]
+    assert "stop" in actions[-1].reason
+    assert dm.active_turn == 0 and dm.turn_id == turn
+
+
+def test_a_stop_request_while_idle_gets_no_answer():
+    dm = DialogueManager()
+    dm.voice_start(1, 0.09, 0.0)
+    actions = dm.transcript(1, "stop", True, 0.5)
+    assert not of(actions, StartTurn)
+    assert states(actions) == [State.LISTENING]
+
+
+def test_a_stop_request_heard_without_a_barge_in_cancels_and_silences():
+    dm = DialogueManager(barge_in=False)
+    turn = speaking(dm)
+    actions = dm.transcript(2, "Hold on.", True, 2.0)
+    assert of(actions, Cancel) == [
+        Cancel(turn, "the user asked the robot to stop", True, CancelReason.STOP_REQUEST)
+    ]
+    assert of(actions, TurnEnded)[0].outcome == "interrupted"
+    assert not of(actions, StartTurn)
+    assert states(actions) == [State.LISTENING]
+
+
+def test_a_stop_then_a_question_answers_the_question_alone():
+    dm = DialogueManager()
+    spoken_turn(dm, "what is")  # thinking: the user goes on
+    dm.voice_start(2, 0.09, 1.2)
+    actions = dm.transcript(2, "Stop. What is that animal?", True, 2.0)
+    assert of(actions, UserSaid) == [UserSaid(2, "Stop. What is that animal?")]
+    assert of(actions, StartTurn)[0].user_text == "What is that animal?"  # no carried words
+    assert states(actions) == [State.THINKING]
+
+
+def test_a_stop_request_drops_a_question_held_for_later():
+    dm = DialogueManager(barge_in=False)
+    turn = speaking(dm)
+    assert dm.transcript(2, "and that", True, 2.0) == []  # held: barge-in is off
+    dm.transcript(3, "Stop.", True, 2.5)
+    dm.generated(turn, 2.6)
+    assert not of(dm.speech(False, turn, 3.0), StartTurn)
+    assert dm.state == State.LISTENING
+
+
+def test_speech_over_an_acknowledgement_carries_no_old_question():
+    dm = DialogueManager(stop_reply="Okay.")
+    spoken_turn(dm, "what is this")
+    dm.voice_start(2, 0.09, 1.2)  # the user goes on while the model thinks
+    ack = of(dm.transcript(2, "wait", True, 1.5), StartTurn)[0]
+    assert ack.reply == "Okay."
+    dm.voice_start(3, 0.09, 1.6)  # and speaks again while the acknowledgement is pending
+    actions = dm.transcript(3, "the red one", True, 2.0)
+    assert of(actions, StartTurn)[0].user_text == "the red one"
+
+
+def test_a_stop_request_can_get_a_fixed_acknowledgement():
+    dm = DialogueManager(stop_reply="Okay.")
+    speaking(dm)
+    dm.voice_ongoing(2, 0.2, 2.0)
+    actions = dm.transcript(2, "stop", True, 2.5)
+    start = of(actions, StartTurn)[0]
+    assert (start.user_text, start.reply) == ("stop", "Okay.")
+    assert states(dm.token(start.turn_id, "Okay.", 2.6)) == [State.SPEAKING]

@@ -3,6 +3,7 @@ ahead while idle, failures as error texts (tier 1, no ROS, no model)."""
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 
@@ -125,6 +126,14 @@ def test_jobs_stream_their_pieces_in_order_then_finish(harness):
     assert harness.done == [(1, 4, ""), (2, 4, "")]
     assert harness.worker.stats.last_first_token_ms == pytest.approx(100.0)
     assert harness.worker.stats.last_tokens_per_s == pytest.approx(3 / 0.3)
+
+
+def test_a_fixed_reply_is_the_whole_answer_without_the_model(backend, harness):
+    harness.worker.submit(1, Prompt("sys", user="stop"), 123, reply="Okay.")
+    wait_for(lambda: harness.done, "the reply done")
+    assert harness.deltas == [(1, 0, "Okay.")]
+    assert harness.done == [(1, 1, "")]
+    assert math.isnan(harness.worker.stats.last_first_token_ms)  # no model timing to record
 
 
 def test_a_cancel_between_tokens_stops_the_answer_and_its_end(backend, harness):

@@ -126,8 +126,29 @@ def test_time_budget_only_applies_to_the_first_phrase() -> None:
     ],
 )
 def test_abbreviations_and_numbers_do_not_end_a_sentence(text: str) -> None:
-    chunker = PhraseChunker(first_min_words=25, first_max_words=25, min_words=25, max_words=25)
+    chunker = PhraseChunker(
+        first_min_words=25, first_max_words=25, min_words=25, max_words=25, first_clause_words=25
+    )
     assert run(tokens(text), chunker) == [(text, "end")]
+
+
+@pytest.mark.parametrize(
+    ("text", "first"),
+    [
+        ("It is a red cup that holds coffee.", ("It is a red cup", "clause_opener")),
+        ("I can see a cat and a dog.", ("I can see a cat", "clause_opener")),
+        ("Yes and no.", ("Yes and no.", "sentence")),  # too short to split
+        ("The cup is red.", ("The cup is red.", "sentence")),
+        ("Cats and dogs are friends.", ("Cats and dogs are friends.", "sentence")),
+    ],
+)
+def test_the_first_phrase_may_end_before_a_clause_opener(text: str, first) -> None:
+    assert run(tokens(text))[0] == first
+
+
+def test_only_the_first_phrase_ends_before_a_clause_opener() -> None:
+    text = "It is a red cup. It holds hot coffee and tea for you."
+    assert [reason for _, reason in run(tokens(text))] == ["sentence", "sentence"]
 
 
 def test_a_number_opening_a_list_item_is_not_a_sentence() -> None:

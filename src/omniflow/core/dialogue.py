@@ -28,6 +28,12 @@ States (the values of ``omniflow/msg/DialogueState``)::
   the words already said are kept and prefixed to the next utterance's text.
 - A turn also comes from a goal (a behaviour tree's prompt) or from the proactive policy;
   :meth:`DialogueManager.prompt` refuses while busy unless asked to preempt.
+- Stop requests (:class:`StopPhrases`): a final transcript made only of stop phrases ("stop",
+  "wait", "hold on", ...) and fillers ("okay", "please", ...) gets no content answer: it
+  ends the turn in progress (if a barge-in has not already) and the robot listens again, or
+  says the configured one-word acknowledgement (``stop.reply``). When stop clauses only lead
+  the utterance ("Stop. What is that animal?"), the stop part ends the turn in progress and
+  drops the words a cancelled thinking turn left over; the rest is answered.
 
 Every :class:`Cancel` carries its :class:`CancelReason` (what the node counts and acts on)
 beside the text that goes into messages; :class:`DialogueStats` counts the actions.
@@ -54,6 +60,7 @@ __all__ = [
     "StartTurn",
     "State",
     "StateChanged",
+    "StopPhrases",
     "TurnEnded",
     "UserSaid",
     "Warm",
@@ -86,6 +93,29 @@ DIALOGUE_PARAMS = (
         maximum=60.0,
         live=True,
     ),
+    ParamSpec(
+        "stop.words",
+        "stop, stop it, stop that, stop talking, wait, hold on, hang on, be quiet, quiet, "
+        "shut up, that's enough, enough, never mind, nevermind, cancel, pause, halt, silence",
+        "Comma-separated phrases that ask the robot to stop: an utterance made only of "
+        "these and stop.fillers gets no content answer (a leading one ends the turn in "
+        "progress and the rest is answered)",
+        live=True,
+    ),
+    ParamSpec(
+        "stop.fillers",
+        "okay, ok, oh, um, uh, hmm, please, hey, robot, now, just, a, second, sec, moment, "
+        "minute, right, all, alright, no, thanks, thank you, you, there, for",
+        "Comma-separated words that may stand beside a stop phrase and still leave it a stop "
+        'request ("okay, stop please"); alone they ask for nothing',
+        live=True,
+    ),
+    ParamSpec(
+        "stop.reply",
+        "",
+        'What the robot says to a stop request ("Okay."); empty: nothing',
+        live=True,
+    ),
 )
 
 
@@ -107,6 +137,7 @@ class CancelReason(Enum):
     PREEMPTED = "preempted"  # a newer turn (a goal, a proactive turn) took its place
     REQUESTED = "requested"  # the turn's goal was cancelled
     TIMED_OUT = "timed_out"  # the turn's goal ran out of time
+    STOP_REQUEST = "stop_request"  # the user asked the robot to stop
     DEACTIVATED = "deactivated"  # the dialogue node stopped taking turns
 
 
@@ -125,12 +156,15 @@ class StateChanged:
 
 @dataclass(frozen=True)
 class StartTurn:
-    """Generate an answer to ``user_text``; ``utterance_id`` is 0 unless it was spoken."""
+    """Generate an answer to ``user_text``; ``utterance_id`` is 0 unless it was spoken.
+    ``reply``, when set, is the whole answer (the acknowledgement of a stop request): said
+    as it is, without the model."""
 
     turn_id: int
     user_text: str
     source: Source
     utterance_id: int = 0
+    reply: str = ""
 
 
 @dataclass(frozen=True)
@@ -172,6 +206,7 @@ class TurnEnded:
 Action = StateChanged | StartTurn | Cancel | Warm | UserSaid | TurnEnded
 
 
+_STOPPED = "the user asked the robot to stop"
 _SENTENCE_END = re.compile(r"[.!?](?=\s|$)")
 
 
@@ -185,6 +220,75 @@ def complete_sentences(text: str) -> str:
     """
     ends = [m.end() for m in _SENTENCE_END.finditer(text)]
     return text[: ends[-1]].strip() if ends else ""
+
+
+_CLAUSE = re.compile(r"[^.,!?;:…—–]+[.,!?;:…—–]*|[.,!?;:…—–]+")
+_WORDS = re.compile(r"[a-z0-9']+")
+
+
+def _words(text: str) -> list[str]:
+    return _WORDS.findall(text.lower().replace("’", "'"))
+
+
+class StopPhrases:
+    """Which utterances ask the robot to stop (see :meth:`split` for the rule).
+
+    Args:
+        phrases: the stop phrases ("stop", "hold on"), matched as whole words, case and
+            punctuation aside.
+        fillers: words that may stand beside a stop phrase ("okay", "please").
+    """
+
+    def __init__(self, phrases: list[str] | tuple[str, ...], fillers: list[str] | tuple[str, ...]):
+        parsed = {tuple(_words(p)) for p in phrases} - {()}
+        self.phrases = sorted(parsed, key=len, reverse=True)  # "stop it" before "stop"
+        self.fillers = frozenset(w for f in fillers for w in _words(f))
+
+    @classmethod
+    def parse(cls, phrases: str, fillers: str) -> StopPhrases:
+        """From the comma-separated ``stop.words`` and ``stop.fillers`` values."""
+        return cls(phrases.split(","), fillers.split(","))
+
+    def _kind(self, clause: str) -> str:
+        """The clause's kind: "stop" (stop phrases and fillers, at least one stop phrase),
+        "filler" (fillers only, or no words) or "content" (any other word)."""
+        words = _words(clause)
+        found = False
+        i = 0
+        while i < len(words):
+            phrase = next((p for p in self.phrases if tuple(words[i : i + len(p)]) == p), None)
+            if phrase is not None:
+                found = True
+                i += len(phrase)
+            elif words[i] in self.fillers:
+                i += 1
+            else:
+                return "content"
+        return "stop" if found else "filler"
+
+    def split(self, text: str) -> tuple[bool, str]:
+        """Whether ``text`` asks to stop, and what is left to answer.
+
+        The text is cut into clauses at punctuation (``. , ! ? ; : …`` and dashes). The
+        clauses that lead it and hold only stop phrases and fillers, with at least one stop
+        phrase among them, are the stop part; the rest (from the first clause with another
+        word) is what is left to answer. No stop part: ``(False, text)``.
+
+        >>> stop = StopPhrases(["stop", "hold on"], ["okay"])
+        >>> stop.split("Okay, hold on. Stop!")
+        (True, '')
+        >>> stop.split("Stop. What is that animal?")
+        (True, 'What is that animal?')
+        >>> stop.split("Stop the music")
+        (False, 'Stop the music')
+        """
+        stop = False
+        for match in _CLAUSE.finditer(text):
+            kind = self._kind(match.group())
+            if kind == "content":
+                return (True, text[match.start() :].strip()) if stop else (False, text)
+            stop = stop or kind == "stop"
+        return (True, "") if stop else (False, text)
 
 
 class Busy(Exception):
@@ -211,6 +315,8 @@ class DialogueManager:
         speech_start_timeout_s: once the answer is complete, how long to wait for the speech
             node to start playing it before going back to listening (no speech node, or a
             muted one, must not hold the conversation).
+        stop: the stop requests (default: the ``stop.words`` and ``stop.fillers`` defaults).
+        stop_reply: what to say to a stop request ("": nothing).
     """
 
     def __init__(
@@ -219,12 +325,16 @@ class DialogueManager:
         barge_in: bool = True,
         barge_in_min_speech_s: float = 0.06,
         speech_start_timeout_s: float = 2.0,
+        stop: StopPhrases | None = None,
+        stop_reply: str = "",
     ) -> None:
         if barge_in_min_speech_s < 0 or speech_start_timeout_s <= 0:
             raise ValueError("barge_in_min_speech_s must be >= 0 and speech_start_timeout_s > 0")
         self.barge_in = barge_in
         self.barge_in_min_speech_s = barge_in_min_speech_s
         self.speech_start_timeout_s = speech_start_timeout_s
+        self.stop = stop if stop is not None else _DEFAULT_STOP
+        self.stop_reply = stop_reply.strip()
         self.state = State.LISTENING
         self.turn_id = 0  # the newest turn started
         self._turn: _Turn | None = None  # the turn being generated or spoken
@@ -246,6 +356,8 @@ class DialogueManager:
         self.barge_in = bool(params["barge_in.enabled"])
         self.barge_in_min_speech_s = float(params["barge_in.min_speech_ms"]) / 1000
         self.speech_start_timeout_s = float(params["speech_start_timeout_s"])
+        self.stop = StopPhrases.parse(str(params["stop.words"]), str(params["stop.fillers"]))
+        self.stop_reply = str(params["stop.reply"]).strip()
 
     # ----------------------------------------------------------------- queries
     @property
@@ -315,20 +427,38 @@ class DialogueManager:
                     return [Warm(full)]
             return []
         if not listening_to_user:
+            if self.stop.split(text)[0]:  # heard without a barge-in (off, or too short)
+                self._held = None  # a question held for later was stopped too
+                return self._end_turn(
+                    "interrupted",
+                    _STOPPED,
+                    now,
+                    stop_speech=True,
+                    cause=CancelReason.STOP_REQUEST,
+                ) + self._user_turn(utterance_id, text, now)
             if text and self.state == State.SPEAKING:
                 self._held = (utterance_id, text)  # barge-in off: answer it afterwards
             return []
         return self._user_turn(utterance_id, text, now)
 
     def _user_turn(self, utterance_id: int, text: str, now: float) -> list[Action]:
-        full = self._with_carry(text)
+        stop, rest = self.stop.split(text)
+        if stop:
+            self._carry = ""  # the words of a cancelled turn were stopped too
+        full = self._with_carry(rest)
         self._carry = ""
         self._warm_text = ""
         self._utterance = 0
         if not full:
-            return [self._set(State.LISTENING, "nothing was recognised")]
+            if not stop:
+                return [self._set(State.LISTENING, "nothing was recognised")]
+            self._last_user_text = ""  # nothing to carry into the next turn
+            actions: list[Action] = [UserSaid(utterance_id, text)]
+            if not self.stop_reply:
+                return [*actions, self._set(State.LISTENING, _STOPPED)]
+            return actions + self._start("speech", text, utterance_id, now, _STOPPED, reply=True)
         self._last_user_text = full
-        actions: list[Action] = [UserSaid(utterance_id, full)]
+        actions = [UserSaid(utterance_id, text if stop else full)]
         actions += self._start("speech", full, utterance_id, now, "the user finished speaking")
         return actions
 
@@ -443,12 +573,19 @@ class DialogueManager:
         return StateChanged(state, self.turn_id, reason)
 
     def _start(
-        self, source: Source, text: str, utterance_id: int, now: float, reason: str
+        self,
+        source: Source,
+        text: str,
+        utterance_id: int,
+        now: float,
+        reason: str,
+        *,
+        reply: bool = False,
     ) -> list[Action]:
         self.turn_id += 1
         self._turn = _Turn(self.turn_id, source)
         return [
-            StartTurn(self.turn_id, text, source, utterance_id),
+            StartTurn(self.turn_id, text, source, utterance_id, self.stop_reply if reply else ""),
             self._set(State.THINKING, reason),
         ]
 
@@ -479,6 +616,11 @@ class DialogueManager:
                 actions += self._user_turn(utterance_id, text, now)
         return actions
 
+
+_DEFAULT_STOP = StopPhrases.parse(
+    next(spec.default for spec in DIALOGUE_PARAMS if spec.name == "stop.words"),
+    next(spec.default for spec in DIALOGUE_PARAMS if spec.name == "stop.fillers"),
+)
 
 # The turn outcomes each counter of DialogueStats counts.
 _OUTCOME_COUNTERS = {

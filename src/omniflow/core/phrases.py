@@ -17,8 +17,10 @@ Rules, all of which cut only *between* complete words, so no word is ever split 
 - CJK text has no spaces: its full-width sentence and clause marks (``。！？，；：、``)
   end a word by themselves, once the next non-closing character shows where they end.
 - First phrase: a sentence end at once; a clause mark (``, ; : —``) after
-  ``first_min_words``; otherwise ``first_max_words`` words; or, when
-  ``first_max_wait_s`` has passed since the first token, whatever complete words there are.
+  ``first_min_words``; the words before a clause opener ("and", "but", "that", "which",
+  "because", ...) once they are ``first_clause_words`` long ("It is a red cup | that holds
+  coffee"); otherwise ``first_max_words`` words; or, when ``first_max_wait_s`` has passed
+  since the first token, whatever complete words there are.
 - Later phrases: a sentence end; a clause mark after ``min_words``; ``max_words`` words.
 
 Pure Python, no ROS: times are plain seconds (any monotonic clock) passed in by the caller.
@@ -38,6 +40,7 @@ __all__ = ["PHRASE_REASONS", "Phrase", "PhraseChunker"]
 PHRASE_REASONS: tuple[str, ...] = (
     "sentence",
     "clause",
+    "clause_opener",
     "first_words",
     "time_budget",
     "max_words",
@@ -47,6 +50,31 @@ PHRASE_REASONS: tuple[str, ...] = (
 _SENTENCE_MARKS = frozenset(".!?…‽")
 _CLAUSE_MARKS = frozenset(",;:—–")
 _DASH_WORDS = frozenset({"-", "--"})
+# Words that open a new clause: the first phrase may end before one (a natural place to
+# breathe), so the robot starts speaking before the first sentence is complete.
+_CLAUSE_OPENERS = frozenset(
+    {
+        "and",
+        "but",
+        "or",
+        "so",
+        "because",
+        "since",
+        "although",
+        "though",
+        "while",
+        "when",
+        "where",
+        "which",
+        "who",
+        "whose",
+        "that",
+        "if",
+        "unless",
+        "until",
+        "then",
+    }
+)
 # Full-width CJK marks: they end a word without whitespace after them.
 _CJK_SENTENCE_MARKS = frozenset("。！？｡．")
 _CJK_CLAUSE_MARKS = frozenset("，；：、､")
@@ -153,6 +181,7 @@ class PhraseChunker:
         first_max_wait_s: float = 0.35,
         min_words: int = 4,
         max_words: int = 25,
+        first_clause_words: int = 3,
     ) -> None:
         """Validate and store the rules.
 
@@ -161,6 +190,9 @@ class PhraseChunker:
                 has this many words.
             first_max_words: The first phrase ends after this many words even without
                 punctuation.
+            first_clause_words: The first phrase may end before a clause opener ("and",
+                "that", ...) once it has this many words; set it to ``first_max_words`` or
+                more to end the first phrase only at marks and the word cap.
             first_max_wait_s: Seconds from the turn's first token after which the first
                 phrase is released with whatever complete words there are (>= 1); ``inf``
                 disables the budget.
@@ -175,6 +207,7 @@ class PhraseChunker:
             ("first_max_words", first_max_words),
             ("min_words", min_words),
             ("max_words", max_words),
+            ("first_clause_words", first_clause_words),
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
@@ -200,6 +233,7 @@ class PhraseChunker:
             )
         self.first_min_words = first_min_words
         self.first_max_words = first_max_words
+        self.first_clause_words = first_clause_words
         self.first_max_wait_s = float(first_max_wait_s)
         self.min_words = min_words
         self.max_words = max_words
@@ -297,9 +331,13 @@ class PhraseChunker:
     def _find_cut(self, at_end: bool) -> tuple[int, str] | None:
         """Where the pending phrase ends (buffer offset) and why; None if not yet known."""
         first = self._index == 0
+        previous_end = 0
         for count, word in enumerate(self._words(at_end), start=1):
             if not word.complete:
                 return None
+            if first and count > self.first_clause_words and word.text.lower() in _CLAUSE_OPENERS:
+                return previous_end, "clause_opener"
+            previous_end = word.end
             if word.line_break or _ends_sentence(word.text, opens_phrase=count == 1):
                 return word.end, "sentence"
             if _ends_clause(word.text) and count >= (

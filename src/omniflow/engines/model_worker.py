@@ -23,9 +23,10 @@ from typing import Any
 
 from omniflow.core.prompt import Prompt
 from omniflow.engines.llm import LLM_PARAMS, GenerationStats, LlmBackend, make_backend
+from omniflow.engines.llm.inprocess import InProcessBackend
 from omniflow.errors import EngineError
 
-__all__ = ["Job", "ModelWorker", "WorkerStats", "llm_values", "sees_images"]
+__all__ = ["Job", "ModelWorker", "WorkerStats", "llm_values", "sees_images", "warm_up"]
 
 # How long the idle worker sleeps before it looks at its stop event again.
 _IDLE_WAIT_S = 0.5
@@ -45,14 +46,34 @@ def sees_images(params: Mapping[str, Any]) -> bool:
     )
 
 
+# The warm-up question: short, so the warm-up costs little beyond the system text.
+_WARM_UP_QUESTION = "Hello."
+
+
+def warm_up(backend: LlmBackend, system: str) -> None:
+    """Answer a short question with one token, so the first turn after start is as fast as
+    later ones: llama.cpp allocates its compute buffers and touches every weight page in its
+    first decode, and the system text stays in the KV cache for the first turn's prompt to
+    reuse. Only for a model in this process (a remote server warms itself): for the others
+    a no-op. EngineError when the model fails."""
+    if not isinstance(backend, InProcessBackend):
+        return
+    for _ in backend.generate(
+        Prompt(system=system, user=_WARM_UP_QUESTION), cancel=threading.Event(), max_tokens=1
+    ):
+        pass
+
+
 @dataclass
 class Job:
-    """One turn to answer; ``turn_start_ns`` is when the user finished (for the chunks)."""
+    """One turn to answer; ``turn_start_ns`` is when the user finished (for the chunks).
+    ``reply``, when set, is the whole answer: delivered as one delta, the model not asked."""
 
     turn_id: int
     prompt: Prompt
     turn_start_ns: int
     cancel: threading.Event = field(default_factory=threading.Event)
+    reply: str = ""
 
 
 @dataclass
@@ -114,8 +135,13 @@ class ModelWorker:
         backend = make_backend(llm_values(params))
         started = time.monotonic()
         backend.load()
+        loaded = time.monotonic()
+        warm_up(backend, str(params["llm.system_prompt"]))
         self.attach(backend)
-        return f"model loaded ({backend.name}) in {time.monotonic() - started:.1f} s"
+        return (
+            f"model loaded ({backend.name}) in {loaded - started:.1f} s, warmed up in "
+            f"{time.monotonic() - loaded:.1f} s"
+        )
 
     def attach(self, backend: LlmBackend) -> None:
         """Use this (loaded) backend from the next job on."""
@@ -141,12 +167,13 @@ class ModelWorker:
         if backend is not None:
             backend.close()
 
-    def submit(self, turn_id: int, prompt: Prompt, turn_start_ns: int) -> Job:
-        """Queue a turn; what was being evaluated ahead stops (the turn starts over it)."""
+    def submit(self, turn_id: int, prompt: Prompt, turn_start_ns: int, reply: str = "") -> Job:
+        """Queue a turn (answered with ``reply`` as it is, when given); what was being
+        evaluated ahead stops (the turn starts over it)."""
         with self._work:
             self._warm_cancel.set()
             self._warm_prompt = None
-            job = Job(turn_id, prompt, turn_start_ns)
+            job = Job(turn_id, prompt, turn_start_ns, reply=reply)
             self._cancels[turn_id] = job.cancel
             self._jobs.append(job)
             self._work.notify_all()
@@ -213,7 +240,8 @@ class ModelWorker:
         index = 0
         error = ""
         try:
-            for delta in backend.generate(job.prompt, cancel=job.cancel):
+            deltas = [job.reply] if job.reply else backend.generate(job.prompt, cancel=job.cancel)
+            for delta in deltas:
                 if job.cancel.is_set():
                     break
                 with self._lock:
@@ -225,7 +253,7 @@ class ModelWorker:
             error = f"the model failed: {err}"
         except Exception as err:  # noqa: BLE001 - a backend bug must not end the conversation
             error = f"the model failed unexpectedly: {type(err).__name__}: {err}"
-        stats = backend.last_stats
+        stats = None if job.reply else backend.last_stats
         with self._lock:
             if stats is not None:
                 self.stats.record(stats)

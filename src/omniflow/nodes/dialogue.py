@@ -84,7 +84,8 @@ class DialogueNode(LifecycleBase):
             ``dialogue_state`` (omniflow/msg/DialogueState, latched): every state change with
             its reason; INTERRUPTED stops the speech node.
             ``user_said`` (omniflow/msg/Transcript, reliable): each utterance that starts a
-            turn, for behaviour trees that react to speech.
+            turn or asks the robot to stop (``stop.words``), for behaviour trees that react
+            to speech.
             ``~/status`` (std_msgs/String, latched JSON) and ``/diagnostics`` (1 Hz).
         actions:
             ``converse`` (omniflow/action/Converse): answer a prompt, or the next utterance;
@@ -297,7 +298,10 @@ class DialogueNode(LifecycleBase):
             decode=self._decode if self._image_sub is not None else None,
         )
         self._worker.submit(
-            start.turn_id, prompt, conversions.ns_from_time(final.end) if final else now_ns
+            start.turn_id,
+            prompt,
+            conversions.ns_from_time(final.end) if final else now_ns,
+            reply=start.reply,
         )
 
     def _decode(self, msg: Image):

@@ -92,6 +92,15 @@ PARAMS = (
         live=True,
     ),
     ParamSpec(
+        "chunker.first_clause_words",
+        3,
+        'The first phrase may end before a word that opens a clause ("and", "that", ...) '
+        "once it has this many words (chunker.first_max_words or more: never)",
+        minimum=1,
+        maximum=50,
+        live=True,
+    ),
+    ParamSpec(
         "chunker.first_max_wait_ms",
         350,
         "The first phrase goes this long after the first token with what is there",
@@ -211,6 +220,7 @@ class SpeechNode(DeviceNode):
         return PhraseChunker(
             first_min_words=p["chunker.first_min_words"],
             first_max_words=p["chunker.first_max_words"],
+            first_clause_words=p["chunker.first_clause_words"],
             first_max_wait_s=p["chunker.first_max_wait_ms"] / 1000,
             min_words=p["chunker.min_words"],
             max_words=p["chunker.max_words"],
