@@ -22,7 +22,6 @@ from omniflow.engines.llm import (
     check_gguf,
     make_backend,
 )
-from omniflow.engines.llm.inprocess import import_llama
 from omniflow.engines.model_worker import warm_up
 from omniflow.errors import ConfigError, EngineError
 
@@ -178,13 +177,6 @@ def test_second_generate_evaluates_only_the_new_tail(backend: LlamaCppBackend) -
     assert stats.reused_tokens >= backend.count_tokens(
         NO_STOP.render(Prompt(SYSTEM, history=second.history), open_turn=False)
     )
-
-
-def test_models_load_without_weight_repacking_wrapped_once() -> None:
-    lib = import_llama().llama_cpp
-    wrapped = lib.llama_model_default_params
-    assert import_llama().llama_cpp.llama_model_default_params is wrapped
-    assert not wrapped().use_extra_bufts
 
 
 def test_the_warm_up_leaves_the_system_text_cached_for_the_first_turn(tiny_path: Path) -> None:

@@ -34,8 +34,7 @@ def set_openmp_wait_policy(environ: MutableMapping[str, str] | None = None) -> s
 
 
 def import_llama() -> Any:
-    """The ``llama_cpp`` module, with the OpenMP wait policy set before its first import and
-    llama.cpp's CPU weight repacking off (:func:`_without_weight_repacking`)."""
+    """The ``llama_cpp`` module, with the OpenMP wait policy set before its first import."""
     set_openmp_wait_policy()
     try:
         import llama_cpp
@@ -45,27 +44,7 @@ def import_llama() -> Any:
             "(requirements/runtime.txt; it compiles llama.cpp on install): "
             "pip install llama-cpp-python"
         ) from err
-    _without_weight_repacking(llama_cpp.llama_cpp)
     return llama_cpp
-
-
-def _without_weight_repacking(lib: Any) -> None:
-    """Load models without llama.cpp's extra CPU buffer types (weights repacked for the CPU's
-    vector units): with llama-cpp-python 0.3.36 built ``-march=native`` on an AVX-512 Xeon,
-    the first ``llama_decode`` of a repacked Q4_K model crashes the process (SIGSEGV).
-    ``Llama`` has no argument for it; it reads ``llama_model_default_params()``, so that
-    function is wrapped, once per process."""
-    default_params = lib.llama_model_default_params
-    if getattr(default_params, "omniflow_no_repack", False):
-        return
-
-    def params() -> Any:
-        values = default_params()
-        values.use_extra_bufts = False
-        return values
-
-    params.omniflow_no_repack = True
-    lib.llama_model_default_params = params
 
 
 class InProcessBackend(LlmBackend):
