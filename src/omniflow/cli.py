@@ -84,6 +84,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             _status(f"  [{index}/{len(specs)}] started {name} (pid {process.process.pid})")
         player_thread = None
         if args.bag is not None:
+            _publish_frames_here()  # the nodes are started: they keep their own profiles
             _wait_until_ready(list(supervisor.processes.values()), args.namespace)
             player_thread = threading.Thread(
                 target=_replay,
@@ -162,6 +163,19 @@ def cmd_record(args: argparse.Namespace) -> int:
 
 
 # ----------------------------------------------------------------------------- replay
+def _publish_frames_here() -> None:
+    """Give this process the camera's large-frames Fast DDS profile (unless one is chosen),
+    before it starts ROS: a player sends a bag's frames and audio from one participant, and
+    with the default 512 KiB shared-memory segment most frames were lost, and audio chunks
+    with them. Child processes started later inherit it."""
+    import os
+
+    from omniflow.graph import frame_publisher_env
+    from omniflow.resources import share_dir
+
+    os.environ.update(frame_publisher_env(str(share_dir())))
+
+
 def _replay(
     bag: Path,
     namespace: str,
@@ -220,6 +234,7 @@ def _replay(
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
+    _publish_frames_here()
     return _replay(
         args.bag,
         args.namespace,
