@@ -100,12 +100,11 @@ INTAKE_PARAMS = (
     ParamSpec(
         "image.max_pixels",
         3840 * 2160,
-        "Larger camera frames are rejected at intake (counted in frames_too_large) before "
-        "any conversion, so an oversized stream costs neither audio nor memory; "
-        "default: 4K UHD",
+        "Larger camera frames are refused at intake, before any conversion or buffering, "
+        "and counted (frames_too_large); default: 4K UHD",
         unit="pixels",
         minimum=1,
-        maximum=2**31 - 1,
+        maximum=100_000_000,
         read_only=True,
     ),
 )
