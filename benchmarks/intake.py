@@ -18,13 +18,15 @@ Method (prints one JSON object, and a Markdown table on stderr):
   for a newer frame (``frames_skipped``) or refused as too large (``frames_too_large``).
   The peak resident memory of the fusion process (``VmHWM``) is read before it stops.
 - Variants, all measured in the same run, one after another per condition:
-  ``before``: the publisher on Fast DDS's default participant settings (what the demo's
+  ``before``: every process on Fast DDS's default participant settings (what the demo's
   player had: a 512 KiB shared-memory segment) and the fusion node's audio queue at the
   sensor-data depth of 5 chunks (``audio.queue_depth: 5``), the intake as issue #12 found
-  it; ``after``: the publisher with the large-frames profile (``config/fastdds/
-  large_frames.xml``, as the demo, ``omniflow replay`` and the camera node now use) and the
-  node's default audio queue (50 chunks, 2 s). ``--variants`` adds ``profile_only`` (the
-  profile, queue of 5) and ``queue_only`` (defaults, queue of 50) to apportion the gain.
+  it; ``after``: omniflow's DDS profiles as the graph now gives them, the publishers with
+  ``config/fastdds/large_frames.xml`` (as the camera node, the demo and ``omniflow replay``)
+  and the fusion node with ``config/fastdds/frame_receiver.xml`` (a deeper shared-memory
+  port queue), and the node's default audio queue (50 chunks, 2 s). ``--variants`` adds
+  ``profile_only`` (the profiles, queue of 5) and ``queue_only`` (defaults, queue of 50) to
+  apportion the gain.
 - ``7680x4320@1`` (``--conditions``, with ``--layout graph``) shows a stream of frames far
   over ``image.max_pixels``: they are refused at intake, and audio and memory must not
   suffer. (From one participant, 100 MB frames crowd the sender's own audio out of its
@@ -59,6 +61,7 @@ from _common import ratio, write_result
 REPO = Path(__file__).resolve().parents[1]
 HELLO = REPO / "test" / "data" / "samples" / "hello.wav"
 LARGE_FRAMES = REPO / "config" / "fastdds" / "large_frames.xml"
+FRAME_RECEIVER = REPO / "config" / "fastdds" / "frame_receiver.xml"
 PROFILE_VARIABLES = ("FASTRTPS_DEFAULT_PROFILES_FILE", "FASTDDS_DEFAULT_PROFILES_FILE")
 CHUNK_S = 0.04
 READY_TIMEOUT_S = 180.0  # the fusion node loads Whisper and the detectors on a busy machine
@@ -68,15 +71,15 @@ SETTLE_S = 3.0  # after the publisher stops, for the last status (published ever
 @dataclass(frozen=True)
 class Variant:
     description: str
-    sender_profile: bool  # the publisher uses config/fastdds/large_frames.xml
+    profiles: bool  # the publisher uses large_frames.xml, fusion frame_receiver.xml
     queue_depth: int | None  # the fusion node's audio.queue_depth; None: its default
 
 
 VARIANTS = {
-    "before": Variant("default DDS sender, audio queue 5 (as issue #12 found it)", False, 5),
-    "profile_only": Variant("large-frames sender, audio queue 5", True, 5),
-    "queue_only": Variant("default DDS sender, audio queue 50", False, None),
-    "after": Variant("large-frames sender, audio queue 50 (now)", True, None),
+    "before": Variant("default DDS profiles, audio queue 5 (as issue #12 found it)", False, 5),
+    "profile_only": Variant("omniflow's DDS profiles, audio queue 5", True, 5),
+    "queue_only": Variant("default DDS profiles, audio queue 50", False, None),
+    "after": Variant("omniflow's DDS profiles, audio queue 50 (now)", True, None),
 }
 
 
@@ -178,10 +181,10 @@ def run_publisher(args: argparse.Namespace) -> dict[str, object]:
 
 
 # ----------------------------------------------------------------------------- driver
-def child_env(variant: Variant) -> dict[str, str]:
+def child_env(variant: Variant, profile: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in PROFILE_VARIABLES}
-    if variant.sender_profile:
-        env["FASTRTPS_DEFAULT_PROFILES_FILE"] = str(LARGE_FRAMES)
+    if variant.profiles:
+        env["FASTRTPS_DEFAULT_PROFILES_FILE"] = str(profile)
     return env
 
 
@@ -201,7 +204,7 @@ def run_publishers(condition: str, namespace: str, variant: Variant, args) -> di
         subprocess.Popen(
             [sys.executable, __file__, "--role", "pub", "--condition", condition]
             + ["--namespace", namespace, "--seconds", str(args.seconds), "--streams", which],
-            env=child_env(variant),
+            env=child_env(variant, LARGE_FRAMES),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -233,7 +236,8 @@ def run_trial(node, condition: str, variant: Variant, args) -> dict:
         parameters["audio.queue_depth"] = variant.queue_depth
     status = TopicRecorder(node, String, f"{namespace}/fusion/status", LATCHED)
     fusion = NodeProcess(
-        NodeSpec("omniflow.nodes.fusion", "fusion", parameters, namespace=namespace)
+        NodeSpec("omniflow.nodes.fusion", "fusion", parameters, namespace=namespace),
+        env=child_env(variant, FRAME_RECEIVER),
     )
     try:
         status.wait_until(

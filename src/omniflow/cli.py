@@ -11,8 +11,9 @@
 - crash isolation: the engines are native code (pocketsphinx, TFLite, espeak-ng, llama.cpp);
   a crash in one takes down that node only, and capture keeps running;
 - respawn: a capture node that dies (a camera unplugged) is started again after a pause;
-- the camera process alone gets the large-frames Fast DDS profile (an environment variable
-  is per process; it commits 16 MiB of shared memory in every process that loads it);
+- the camera process (and a bag player) alone gets the large-frames Fast DDS profile (an
+  environment variable is per process; it commits 16 MiB of shared memory in every process
+  that loads it), the fusion process the frame-receiver one;
 - the GIL: capture threads, the fusion slices and the LLM would share one interpreter lock in
   one process (the fusion node lost 30-70 % of its audio chunks on a MultiThreadedExecutor).
 

@@ -1,6 +1,6 @@
 """Audio first (tier 2): the fusion node receives every microphone chunk while a camera streams
 640x480 frames at 15 frames/s and every frame is encoded, each node its own process over real
-DDS, as the live graph runs (the camera with its large-frames DDS profile). Counted with the
+DDS, as the live graph runs (camera and fusion with their DDS profiles). Counted with the
 nodes' own status counters: chunks the microphone published against chunks fusion received."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 from lifecycle_msgs.msg import Transition
 from std_msgs.msg import String
 
-from omniflow.graph import frame_publisher_env
+from omniflow.graph import frame_publisher_env, frame_receiver_env
 from omniflow.ros.monitor import TopicRecorder, wait_for_publishers
 from omniflow.ros.qos import LATCHED
 from ros_helpers import change_state
@@ -32,7 +32,11 @@ def last(recorder: TopicRecorder) -> dict:
 def test_no_audio_chunk_is_lost_beside_a_640x480_camera_at_15_fps(ros_node, start_node):
     namespace = f"/t{uuid.uuid4().hex[:6]}"
     fusion = start_node(
-        "omniflow.nodes.fusion", "fusion", {"vision.rate_hz": 15.0}, namespace=namespace
+        "omniflow.nodes.fusion",
+        "fusion",
+        {"vision.rate_hz": 15.0},
+        namespace=namespace,
+        env=frame_receiver_env(str(REPO)),
     )
     fusion_status = TopicRecorder(ros_node, String, f"{namespace}/fusion/status", LATCHED)
     mic_status = TopicRecorder(ros_node, String, f"{namespace}/audio_capture/status", LATCHED)

@@ -108,7 +108,8 @@ class FusionNode(LifecycleBase):
     two frames, so huge frames cost the few in transit, never more over time, and frames
     over ``image.max_pixels`` are refused before anything is done with them
     (``benchmarks/intake.py``: none of 300 chunks lost beside 640x480 at 15 fps or
-    1280x720 at 30 fps).
+    1280x720 at 30 fps). The transport is the other half: the launch files start this
+    process with ``config/fastdds/frame_receiver.xml`` (see ``omniflow.graph``).
     """
 
     def __init__(
