@@ -191,8 +191,8 @@ class FusionNode(LifecycleBase):
         if item is None:
             return
         with self._lock:
-            if self._frame_in is not None:
-                self.intake.frames_skipped += 1
+            if self._frame_in is not None and self.state_text == "active":
+                self.intake.frames_skipped += 1  # (while inactive no slice takes frames)
             self._frame_in = item
             self.stats.frames += 1
 
