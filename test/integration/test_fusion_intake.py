@@ -10,12 +10,15 @@ import time
 import uuid
 from pathlib import Path
 
+import numpy as np
 from lifecycle_msgs.msg import Transition
+from sensor_msgs.msg import Image
 from std_msgs.msg import String
 
 from omniflow.graph import frame_publisher_env, frame_receiver_env
+from omniflow.ros.conversions import image
 from omniflow.ros.monitor import TopicRecorder, wait_for_publishers
-from omniflow.ros.qos import LATCHED
+from omniflow.ros.qos import LATCHED, SENSOR_DATA
 from ros_helpers import change_state
 
 SAMPLES = Path(__file__).parents[1] / "data" / "samples"
@@ -98,3 +101,39 @@ def test_no_audio_chunk_is_lost_beside_a_640x480_camera_at_15_fps(ros_node, star
     assert counts["audio_lost"] == 0 and counts["rejected_audio"] == 0, report
     assert counts["vision_encoded"] >= STREAM_S * 15 * 0.3, report
     assert fusion.running
+
+
+def test_frames_over_the_size_bound_are_refused_counted_and_named(ros_node, start_node):
+    namespace = f"/t{uuid.uuid4().hex[:6]}"
+    fusion = start_node(
+        "omniflow.nodes.fusion",
+        "fusion",
+        {"image.max_pixels": 100_000, "vision.rate_hz": 15.0},
+        namespace=namespace,
+    )
+    status = TopicRecorder(ros_node, String, f"{namespace}/fusion/status", LATCHED)
+    status.wait_until(
+        lambda msgs: any(json.loads(m.data)["state"] == "active" for m in msgs),
+        timeout=120,
+        what="fusion active",
+    )
+    publisher = ros_node.create_publisher(Image, f"{namespace}/image_raw", SENSOR_DATA)
+    rgb = np.zeros((300, 400, 3), np.uint8)  # 120,000 px: over the bound
+    small = np.zeros((150, 200, 3), np.uint8)  # 30,000 px
+    deadline = time.monotonic() + 30
+    while True:
+        counts = last(status)
+        if counts["frames_too_large"] >= 1 and counts["frames"] >= 1:
+            break
+        assert time.monotonic() < deadline, f"not counted: {counts}\n{fusion.output()[-2000:]}"
+        now_ns = ros_node.get_clock().now().nanoseconds
+        for pixels in (rgb, small):
+            publisher.publish(image(pixels, "rgb8", stamp_ns=now_ns, frame_id="camera"))
+        time.sleep(0.2)
+    assert counts["rejected_images"] >= counts["frames_too_large"]
+    assert "400x300 (120,000 px) is over image.max_pixels (100,000 px)" in fusion.output()
+    status.wait_until(
+        lambda msgs: json.loads(msgs[-1].data)["vision_encoded"] >= 1,
+        timeout=30,
+        what="the small frames encoded",
+    )

@@ -183,8 +183,8 @@ def oversize_problem(msg: Image, max_pixels: int) -> str | None:
     if msg.width * msg.height <= max_pixels:
         return None
     return (
-        f"{msg.width}x{msg.height} is {msg.width * msg.height / 1e6:.1f} Mpx, over "
-        f"image.max_pixels ({max_pixels / 1e6:.1f} Mpx): scale the camera down or raise "
+        f"{msg.width}x{msg.height} ({msg.width * msg.height:,} px) is over "
+        f"image.max_pixels ({max_pixels:,} px): scale the camera down or raise "
         "image.max_pixels"
     )
 
