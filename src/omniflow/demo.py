@@ -362,7 +362,9 @@ def print_summary(result: SessionResult) -> dict[str, Path]:
         if counts["fusion"] < 0.95 * counts["monitor"]:
             print(
                 f"\nnote: fusion received {counts['fusion']} of {counts['monitor']} {topic} "
-                "messages: this machine was too busy to keep up; try --rate 0.5"
+                "messages. If you set FASTRTPS_DEFAULT_PROFILES_FILE, give it the shared-memory "
+                "segment of config/fastdds/large_frames.xml (frames that do not fit are lost, "
+                "and audio with them); else this machine was too busy: try --rate 0.5"
             )
     print("\nlatency per stage (bag replay on this machine):")
     print(report.latency_table(report.latency(run)))
