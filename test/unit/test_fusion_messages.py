@@ -1,4 +1,4 @@
-"""Tier 1 tests of the fusion node's intake helpers (omniflow.ros.fusion_messages): frame
+"""Tier 1 tests of the fusion node's intake functions (omniflow.ros.fusion_messages): frame
 checks without copies, the conversion to RGB (cv_bridge or the codec), the size bound and the
 loss counter. Messages are built without rclpy.init."""
 
