@@ -38,6 +38,7 @@ ARGUMENTS = {
     "dialogue": ["--rounds", "7"],
     "llm": ["--rounds", "7"],
     "full_duplex": ["--passes", "8"],
+    "intake": ["--seconds", "12"],
 }
 
 

@@ -11,8 +11,9 @@
 - crash isolation: the engines are native code (pocketsphinx, TFLite, espeak-ng, llama.cpp);
   a crash in one takes down that node only, and capture keeps running;
 - respawn: a capture node that dies (a camera unplugged) is started again after a pause;
-- the camera process alone gets the large-frames Fast DDS profile (an environment variable
-  is per process; it commits 16 MiB of shared memory in every process that loads it);
+- the camera process (and a bag player) alone gets the large-frames Fast DDS profile (an
+  environment variable is per process; it commits 16 MiB of shared memory in every process
+  that loads it), the fusion process the frame-receiver one;
 - the GIL: capture threads, the fusion slices and the LLM would share one interpreter lock in
   one process (the fusion node lost 30-70 % of its audio chunks on a MultiThreadedExecutor).
 
@@ -84,6 +85,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             _status(f"  [{index}/{len(specs)}] started {name} (pid {process.process.pid})")
         player_thread = None
         if args.bag is not None:
+            _publish_frames_here()  # the nodes are started: they keep their own profiles
             _wait_until_ready(list(supervisor.processes.values()), args.namespace)
             player_thread = threading.Thread(
                 target=_replay,
@@ -162,6 +164,19 @@ def cmd_record(args: argparse.Namespace) -> int:
 
 
 # ----------------------------------------------------------------------------- replay
+def _publish_frames_here() -> None:
+    """Give this process the camera's large-frames Fast DDS profile (unless one is chosen),
+    before it starts ROS: a player sends a bag's frames and audio from one participant, and
+    with the default 512 KiB shared-memory segment most frames were lost, and audio chunks
+    with them. Child processes started later inherit it."""
+    import os
+
+    from omniflow.graph import frame_publisher_env
+    from omniflow.resources import share_dir
+
+    os.environ.update(frame_publisher_env(str(share_dir())))
+
+
 def _replay(
     bag: Path,
     namespace: str,
@@ -220,6 +235,7 @@ def _replay(
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
+    _publish_frames_here()
     return _replay(
         args.bag,
         args.namespace,

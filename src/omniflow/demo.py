@@ -29,7 +29,14 @@ from omniflow import report
 from omniflow.bag import BagReader, BagWriter, decode
 from omniflow.core.timing import NS_PER_S
 from omniflow.errors import BagError, OmniflowError, SourceError
-from omniflow.graph import INPUT_TOPICS, PROFILES, TOPICS, output_topics, profile_nodes
+from omniflow.graph import (
+    INPUT_TOPICS,
+    PROFILES,
+    TOPICS,
+    frame_publisher_env,
+    output_topics,
+    profile_nodes,
+)
 from omniflow.launcher import NodeProcess
 from omniflow.resources import sample, share_dir
 
@@ -257,6 +264,11 @@ def run_session(
     specs = profile_nodes("replay", str(share_dir()), namespace, overrides=overrides)
     progress.step(f"starting {', '.join(replay.nodes)} (one process each, on /clock)")
     processes = [NodeProcess(spec) for spec in specs]
+    # This process publishes the bag's frames and audio from one participant: with Fast DDS's
+    # 512 KiB shared-memory segment a 640x480 frame does not fit, so most frames were lost and
+    # audio chunks with them (244 of 279 chunks, 38 of 167 frames reached fusion). It gets the
+    # camera's large-frames profile; set after the nodes started, so they keep the defaults.
+    os.environ.update(frame_publisher_env(str(share_dir())))
     context = rclpy.Context()
     rclpy.init(context=context)
     monitor = rclpy.create_node(
@@ -358,7 +370,9 @@ def print_summary(result: SessionResult) -> dict[str, Path]:
         if counts["fusion"] < 0.95 * counts["monitor"]:
             print(
                 f"\nnote: fusion received {counts['fusion']} of {counts['monitor']} {topic} "
-                "messages: this machine was too busy to keep up; try --rate 0.5"
+                "messages. If you set FASTRTPS_DEFAULT_PROFILES_FILE, give it the shared-memory "
+                "segment of config/fastdds/large_frames.xml (frames that do not fit are lost, "
+                "and audio with them); else this machine was too busy: try --rate 0.5"
             )
     print("\nlatency per stage (bag replay on this machine):")
     print(report.latency_table(report.latency(run)))

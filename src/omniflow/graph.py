@@ -32,6 +32,10 @@ RESPAWN_DELAY_S = 2.0
 # shared-memory segment instead of 512 KiB, so a full-HD frame crosses processes in ~9 ms
 # instead of ~21 ms, and best-effort frames are not lost (benchmarks/README.md).
 FRAME_PUBLISHER_PROFILE = ("config", "fastdds", "large_frames.xml")
+# The Fast DDS profile of the process that receives frames beside audio (the fusion node): a
+# deeper shared-memory port queue, so a burst of frame fragments cannot push audio chunks out
+# (config/fastdds/frame_receiver.xml).
+FRAME_RECEIVER_PROFILE = ("config", "fastdds", "frame_receiver.xml")
 DDS_PROFILE_VARIABLE = "FASTRTPS_DEFAULT_PROFILES_FILE"
 
 # QoS kinds of omniflow.ros.qos, by name (this module stays free of rclpy).
@@ -241,10 +245,14 @@ def launch_nodes(
 ) -> list[LaunchNode]:
     """The nodes of a profile as launch actions need them: executable, parameter files (the
     profile's YAML, or ``params_file`` in its place), use_sim_time, respawn for capture nodes,
-    and the camera's DDS profile (``camera_env``; default :func:`frame_publisher_env`)."""
+    the camera's DDS profile (``camera_env``; default :func:`frame_publisher_env`) and the
+    fusion node's (:func:`frame_receiver_env`)."""
     chosen = profile(profile_name)
     files = (params_file or os.path.join(share_dir, "config", chosen.params_file),)
-    env = frame_publisher_env(share_dir) if camera_env is None else dict(camera_env)
+    envs = {
+        "camera": frame_publisher_env(share_dir) if camera_env is None else dict(camera_env),
+        "fusion": frame_receiver_env(share_dir),
+    }
     return [
         LaunchNode(
             name=name,
@@ -253,7 +261,7 @@ def launch_nodes(
             use_sim_time=chosen.use_sim_time,
             respawn=name in CAPTURE_NODES,
             respawn_delay=RESPAWN_DELAY_S,
-            env=env if name == "camera" else {},
+            env=envs.get(name, {}),
             remappings=dict(chosen.remappings.get(name, {})),
         )
         for name in chosen.nodes
@@ -375,12 +383,22 @@ def base_arguments() -> tuple[LaunchArgument, ...]:
     )
 
 
+def _dds_profile_env(share_dir: str, parts: tuple[str, ...]) -> dict[str, str]:
+    if DDS_PROFILE_VARIABLE in os.environ:
+        return {}
+    return {DDS_PROFILE_VARIABLE: os.path.join(share_dir, *parts)}
+
+
 def frame_publisher_env(share_dir: str) -> dict[str, str]:
     """Environment for a node publishing camera frames: the large-frames profile, unless the
     user already chose a Fast DDS profile."""
-    if DDS_PROFILE_VARIABLE in os.environ:
-        return {}
-    return {DDS_PROFILE_VARIABLE: os.path.join(share_dir, *FRAME_PUBLISHER_PROFILE)}
+    return _dds_profile_env(share_dir, FRAME_PUBLISHER_PROFILE)
+
+
+def frame_receiver_env(share_dir: str) -> dict[str, str]:
+    """Environment for the node receiving camera frames beside audio (fusion): the
+    frame-receiver profile, unless the user already chose a Fast DDS profile."""
+    return _dds_profile_env(share_dir, FRAME_RECEIVER_PROFILE)
 
 
 def graph_nodes(
@@ -390,12 +408,14 @@ def graph_nodes(
     log_level: str = "info",
     camera_env: Mapping[str, str] | None = None,
     remappings: Mapping[str, Mapping[str, str]] | None = None,
+    fusion_env: Mapping[str, str] | None = None,
 ) -> list[NodeSpec]:
     """The named nodes, with per-node parameter overrides and topic remappings by node name,
-    and extra environment for the camera process (see :func:`frame_publisher_env`)."""
+    and extra environment for the camera and fusion processes (see
+    :func:`frame_publisher_env`, :func:`frame_receiver_env`)."""
     overrides = overrides or {}
     remappings = remappings or {}
-    envs = {"camera": dict(camera_env or {})}
+    envs = {"camera": dict(camera_env or {}), "fusion": dict(fusion_env or {})}
     return [
         NodeSpec(
             module=f"omniflow.nodes.{name}",
@@ -419,7 +439,8 @@ def profile_nodes(
     params_file: str | None = None,
 ) -> list[NodeSpec]:
     """A profile's nodes as child processes (``omniflow run``): the profile's YAML section of
-    each node, then ``overrides``, then use_sim_time; the camera with its DDS profile."""
+    each node, then ``overrides``, then use_sim_time; the camera and fusion with their DDS
+    profiles."""
     import yaml
 
     chosen = profile(profile_name)
@@ -445,6 +466,7 @@ def profile_nodes(
         log_level,
         camera_env=frame_publisher_env(share_dir),
         remappings=chosen.remappings,
+        fusion_env=frame_receiver_env(share_dir),
     )
 
 

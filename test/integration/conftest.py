@@ -37,16 +37,22 @@ def start_node() -> Iterator:
     started: list[NodeProcess] = []
 
     def start(
-        module: str, name: str, parameters: dict[str, object], namespace: str | None = None
+        module: str,
+        name: str,
+        parameters: dict[str, object],
+        namespace: str | None = None,
+        env: dict[str, str] | None = None,
     ) -> NodeProcess:
         """``namespace``: share one between nodes that talk to each other (default: a
-        fresh one per node, so tests never hear each other)."""
+        fresh one per node, so tests never hear each other); ``env``: extra environment of
+        the node's process (e.g. the camera's DDS profile)."""
         process = NodeProcess(
             NodeSpec(
                 module=module,
                 name=name,
                 parameters=parameters,
                 namespace=namespace or f"/t{uuid.uuid4().hex[:6]}",
+                env=env or {},
             )
         )
         started.append(process)

@@ -9,7 +9,6 @@ import uuid
 from pathlib import Path
 
 import numpy as np
-import pytest
 from lifecycle_msgs.msg import Transition
 from sensor_msgs.msg import Image
 from std_msgs.msg import String
@@ -96,10 +95,6 @@ def play_hello(ros_node, start_node, namespace: str, subscribers: int) -> None:
     assert change_state(ros_node, microphone, Transition.TRANSITION_ACTIVATE)
 
 
-# Once in a few full runs on a 2-core machine the first words reach the fusion node late or
-# not at all (best-effort audio beside 10 camera frames a second), so speech starts after
-# "hello": one rerun until image intake can no longer crowd out audio.
-@pytest.mark.flaky(reruns=1)
 def test_speech_gives_a_transcript_and_an_association_with_the_frames_around_its_start(
     ros_node, start_node
 ):

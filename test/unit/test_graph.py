@@ -60,12 +60,21 @@ def test_replay_keeps_the_live_speech_out_of_the_echo_reference():
     assert all(not n.remappings for n in graph.launch_nodes("pc", "/share"))
 
 
-def test_only_capture_nodes_respawn_and_only_the_camera_gets_the_dds_profile():
+def test_only_capture_nodes_respawn_and_only_camera_and_fusion_get_dds_profiles(monkeypatch):
+    monkeypatch.delenv(DDS_PROFILE_VARIABLE, raising=False)
     described = {n.name: n for n in launch_nodes("pc", SHARE, camera_env=CAMERA_ENV)}
     assert {name for name, n in described.items() if n.respawn} == set(CAPTURE_NODES)
     assert all(n.respawn_delay > 0 for n in described.values())
     assert described["camera"].env == CAMERA_ENV
-    assert all(not n.env for name, n in described.items() if name != "camera")
+    assert described["fusion"].env == {
+        DDS_PROFILE_VARIABLE: f"{SHARE}/config/fastdds/frame_receiver.xml"
+    }
+    assert all(not n.env for name, n in described.items() if name not in ("camera", "fusion"))
+
+
+def test_a_dds_profile_the_user_set_is_left_to_every_node(monkeypatch):
+    monkeypatch.setenv(DDS_PROFILE_VARIABLE, "/home/me/fastdds.xml")
+    assert all(not n.env for n in launch_nodes("pi", SHARE))
 
 
 def test_the_camera_dds_profile_defaults_to_the_shared_file(monkeypatch):
@@ -198,7 +207,8 @@ def test_the_base_launch_file_takes_its_nodes_from_the_graph():
     assert "base_launch()" in source
 
 
-def test_launch_node_actions_carry_respawn_sim_time_log_level_and_camera_env():
+def test_launch_node_actions_carry_respawn_sim_time_log_level_and_camera_env(monkeypatch):
+    monkeypatch.delenv(DDS_PROFILE_VARIABLE, raising=False)
     actions = {
         a["name"]: a
         for a in graph.launch_node_actions(
@@ -208,7 +218,11 @@ def test_launch_node_actions_carry_respawn_sim_time_log_level_and_camera_env():
     assert list(actions) == list(GRAPH_NODES)
     assert {n for n, a in actions.items() if a["respawn"]} == set(CAPTURE_NODES)
     assert actions["camera"]["additional_env"] == {DDS_PROFILE_VARIABLE: "/x/mine.xml"}
-    assert all(a["additional_env"] is None for n, a in actions.items() if n != "camera")
+    assert actions["fusion"]["additional_env"] == {
+        DDS_PROFILE_VARIABLE: f"{SHARE}/config/fastdds/frame_receiver.xml"
+    }
+    others = [a for n, a in actions.items() if n not in ("camera", "fusion")]
+    assert all(a["additional_env"] is None for a in others)
     for name, action in actions.items():
         assert action["package"] == "omniflow" and action["executable"] == name
         assert action["namespace"] == "/r1"

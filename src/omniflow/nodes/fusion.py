@@ -18,20 +18,24 @@ from omniflow.core.stats import OK, WARN
 from omniflow.core.timing import NS_PER_MS, SAMPLE_RATE
 from omniflow.engines.fusion_engines import ENGINE_PARAMS, fusion_engines_from_params
 from omniflow.engines.vision import VisionEncoder
+from omniflow.errors import ImageFormatError
 from omniflow.msg import Association, AudioChunk, Scene, Transcript, VoiceActivity
 from omniflow.ros import fusion_messages as messages
 from omniflow.ros.lifecycle import AUTOSTART, Diagnosis, LifecycleBase
-from omniflow.ros.qos import EVENTS, SENSOR_DATA
+from omniflow.ros.qos import EVENTS, sensor_queue
 from omniflow.ros.run import run_node
 
 # The pipeline's settings, its engines' and the node's own (see docs/nodes.md).
-PARAMS = (*PIPELINE_PARAMS, *ENGINE_PARAMS, AUTOSTART)
+PARAMS = (*PIPELINE_PARAMS, *ENGINE_PARAMS, *messages.INTAKE_PARAMS, AUTOSTART)
 
 # Bounded input buffers: callbacks append, the slice thread drains (the oldest is dropped
-# when full).
+# when full). Frames: one slot, the newest wins (only the newest frame is ever encoded).
 _AUDIO_BUFFER = 100  # chunks (4 s of 40 ms chunks)
-_FRAME_BUFFER = 2  # only the newest frame is ever encoded
 _PLAYED_BUFFER = 200  # played blocks (20 ms blocks: 4 s)
+# Frames the image subscription's DDS queue holds: the callback only keeps the newest, so a
+# deeper queue would only cost memory (a frame each) and copies of frames about to be
+# replaced; frames replaced there are counted as lost (frames_lost).
+_FRAME_QUEUE = 2
 # Seconds between repeats of one kind of log line (rejections, stage errors).
 _THROTTLE_S = 5.0
 
@@ -44,14 +48,18 @@ class FusionNode(LifecycleBase):
         recogniser, vision detectors) are loaded on configure and freed on cleanup; the
         slice timer runs while active.
         subscribes:
-            ``audio`` (omniflow/msg/AudioChunk, sensor-data QoS): 16 kHz mono S16LE or F32LE.
-            ``image_raw`` (sensor_msgs/Image, sensor-data QoS): rgb8, bgr8 or mono8.
-            ``played_audio`` (omniflow/msg/AudioChunk, sensor-data QoS): what the speech
+            ``audio`` (omniflow/msg/AudioChunk, best effort, keep last ``audio.queue_depth``,
+            so it matches sensor-data publishers): 16 kHz mono S16LE or F32LE.
+            ``image_raw`` (sensor_msgs/Image, best effort, keep last 2): rgb8, bgr8 or mono8,
+            at most ``image.max_pixels``; converted to RGB by cv_bridge when it imports, by
+            ``omniflow.core.image_codec`` otherwise.
+            ``played_audio`` (omniflow/msg/AudioChunk, as ``audio``): what the speech
             node plays, stamped when its first sample goes out, mono S16LE or F32LE at any
             rate (resampled to 16 kHz): the echo reference (see ``omniflow.core.echo``).
             Bad input (another rate or format, empty, NaN, a wrong step or encoding, zero
-            size, a zero stamp or one more than ``max_future_ms`` ahead) is rejected with a
-            throttled log line naming the problem and counted; nothing reaches the buffers.
+            size, a frame over ``image.max_pixels``, a zero stamp or one more than
+            ``max_future_ms`` ahead) is rejected with a throttled log line naming the problem
+            and counted; nothing reaches the buffers.
         publishes:
             ``transcript`` (omniflow/msg/Transcript, reliable, keep last 50): partial
             hypotheses while the user speaks (``is_final`` false, when they change) and the
@@ -70,7 +78,11 @@ class FusionNode(LifecycleBase):
             observations, as phrases and one sentence, and whether a person is in view.
             ``~/status`` (std_msgs/String, latched): a JSON summary (state, engines, counts).
             ``/diagnostics`` (diagnostic_msgs/DiagnosticArray, 1 Hz): buffer occupancy,
-            evictions, overruns, late drops, rejected inputs, per-stage times.
+            evictions, overruns, late drops, rejected inputs, per-stage times, and the
+            intake: chunks and frames received (``audio_chunks``, ``frames``), sent but lost
+            on the way (``audio_lost``, ``frames_lost``: gaps in the DDS publication
+            sequence numbers), frames skipped for a newer one (``frames_skipped``) or too
+            large (``frames_too_large``), and the image converter.
         parameters: see ``PARAMS``; ``vision.rate_hz`` is live, the others apply at start-up
         (read-only).
 
@@ -87,6 +99,17 @@ class FusionNode(LifecycleBase):
     (A timer in its own callback group on rclpy's MultiThreadedExecutor was tried first: it
     lost 30-70 % of the 25 Hz audio chunks at the sensor-data QoS depth of 5, even with vision
     off; the single-threaded executor plus a slice thread loses none.)
+
+    Audio first: image intake cannot crowd out audio. The image callback validates a frame
+    without copying it (a view of the message's bytes) and keeps only the newest one; the
+    slice thread converts the frame it takes. The audio subscriptions queue
+    ``audio.queue_depth`` chunks (2 s), so a moment in which the executor cannot take them
+    (the GIL held by a decode, a frame being copied in) loses none; the image queue holds
+    two frames, so huge frames cost the few in transit, never more over time, and frames
+    over ``image.max_pixels`` are refused before anything is done with them
+    (``benchmarks/intake.py``: none of 300 chunks lost beside 640x480 at 15 fps or
+    1280x720 at 30 fps). The transport is the other half: the launch files start this
+    process with ``config/fastdds/frame_receiver.xml`` (see ``omniflow.graph``).
     """
 
     def __init__(
@@ -96,11 +119,14 @@ class FusionNode(LifecycleBase):
         self._vision_factory = vision_factory
         self._lock = threading.Lock()  # the input buffers and the input counters
         self._audio_in: deque[tuple[int, np.ndarray]] = deque()
-        self._frames_in: deque[tuple[int, np.ndarray]] = deque(maxlen=_FRAME_BUFFER)
+        self._frame_in: tuple[int, Image] | None = None  # the newest frame, not converted
         self._played_in: deque[tuple[int, np.ndarray]] = deque(maxlen=_PLAYED_BUFFER)
         self._core_lock = threading.Lock()  # the pipeline: the slice thread's alone
         self._pipeline: FusionPipeline | None = None
         self._next_utterance = 1  # utterance ids go on across configures
+        self.intake = messages.IntakeStats()
+        self._audio_gaps = messages.SequenceGaps()
+        self._frame_gaps = messages.SequenceGaps()
         self._pubs: dict[type, object] = {}
         self._wake = threading.Event()  # audio arrived (or stop): the slice thread runs it
         super().__init__("fusion", PARAMS, **kwargs)
@@ -112,13 +138,19 @@ class FusionNode(LifecycleBase):
             self.get_logger().warning,
             _THROTTLE_S,
         )
-        self.create_subscription(AudioChunk, "audio", self._on_audio, SENSOR_DATA)
-        self.create_subscription(AudioChunk, "played_audio", self._on_played, SENSOR_DATA)
-        self.create_subscription(Image, "image_raw", self._on_image, SENSOR_DATA)
+        self._max_pixels = self.params["image.max_pixels"]
+        audio_queue = sensor_queue(self.params["audio.queue_depth"])
+        self.create_subscription(AudioChunk, "audio", self._on_audio, audio_queue)
+        self.create_subscription(AudioChunk, "played_audio", self._on_played, audio_queue)
+        self.create_subscription(Image, "image_raw", self._on_image, sensor_queue(_FRAME_QUEUE))
         self.publish_status()
 
     # ----------------------------------------------------------------- inputs
-    def _on_audio(self, msg: AudioChunk) -> None:
+    def _on_audio(self, msg: AudioChunk, info: dict) -> None:
+        missing = self._audio_gaps.missing(info)
+        if missing:
+            with self._lock:
+                self.intake.audio_lost += missing
         item = self._check("audio", msg, messages.check_audio)
         if item is None:
             return
@@ -142,12 +174,26 @@ class FusionNode(LifecycleBase):
             self._played_in.append((stamp_ns, samples))
         self._wake.set()
 
-    def _on_image(self, msg: Image) -> None:
+    def _on_image(self, msg: Image, info: dict) -> None:
+        """Validate the frame without copying it and keep it if it is the newest; the slice
+        thread converts the one it takes (:meth:`take_frame`)."""
+        missing = self._frame_gaps.missing(info)
+        if missing:
+            with self._lock:
+                self.intake.frames_lost += missing
+        problem = messages.oversize_problem(msg, self._max_pixels)
+        if problem is not None:
+            with self._lock:
+                self.intake.frames_too_large += 1
+            self._check.reject("image", problem)
+            return
         item = self._check("image", msg, messages.check_image)
         if item is None:
             return
         with self._lock:
-            self._frames_in.append(item)
+            if self._frame_in is not None and self.state_text == "active":
+                self.intake.frames_skipped += 1  # (while inactive no slice takes frames)
+            self._frame_in = item
             self.stats.frames += 1
 
     # ----------------------------------------------------------------- lifecycle
@@ -183,7 +229,7 @@ class FusionNode(LifecycleBase):
     def activate(self) -> None:
         with self._lock:
             self._audio_in.clear()
-            self._frames_in.clear()
+            self._frame_in = None
             self._played_in.clear()
         self.start_worker(self._run_slices, "slices", wake=self._wake.set)
 
@@ -234,10 +280,18 @@ class FusionNode(LifecycleBase):
         return played
 
     def take_frame(self) -> tuple[int, np.ndarray] | None:
+        """The newest frame received since the last call, converted to RGB here (on the
+        slice thread, not in the subscription callback)."""
         with self._lock:
-            frame = self._frames_in[-1] if self._frames_in else None
-            self._frames_in.clear()
-        return frame
+            frame, self._frame_in = self._frame_in, None
+        if frame is None:
+            return None
+        stamp_ns, msg = frame
+        try:
+            return stamp_ns, messages.image_rgb(msg)
+        except ImageFormatError as err:
+            self._check.reject("image", str(err))
+            return None
 
     def _publish(self, events: list[ev.FusionEvent]) -> None:
         """Each event as its message, or as a log line."""
@@ -266,9 +320,10 @@ class FusionNode(LifecycleBase):
             return {
                 "state": self.state_text,
                 **asdict(self.stats),
+                **asdict(self.intake),
                 "audio_buffer": len(self._audio_in)
                 + (pipeline.pending_audio if pipeline is not None else 0),
-                "frame_buffer": len(self._frames_in),
+                "frame_buffer": int(self._frame_in is not None),
             }
 
     def diagnosis(self) -> Diagnosis:
@@ -276,7 +331,12 @@ class FusionNode(LifecycleBase):
         with self._core_lock:
             if self._pipeline is not None:
                 values.update(self._pipeline.diagnostics())
-        errors = values["rejected_audio"] or values["rejected_images"] or values["engine_errors"]
+        errors = (
+            values["rejected_audio"]
+            or values["rejected_images"]
+            or values["engine_errors"]
+            or values["audio_lost"]
+        )
         level = WARN if errors or self.state_text != "active" else OK
         return Diagnosis(level, self.state_text, "fusion", values)
 

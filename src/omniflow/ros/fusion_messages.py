@@ -3,6 +3,12 @@
 The checks return ``(problem, None)`` or ``(None, value)`` so that the node counts and logs
 a rejection without an exception per bad message; the builders turn
 :mod:`omniflow.core.fusion_events` into ``omniflow/msg`` messages field for field.
+
+Images: :func:`check_image` only validates (a zero-copy view of the pixels, so it is cheap
+enough for a subscription callback); :func:`image_rgb` converts a checked frame to RGB, with
+``cv_bridge`` when it imports (ROS installs on robots have it) and with
+:mod:`omniflow.core.image_codec` otherwise, and is called off the executor, for the frames
+that are used.
 """
 
 from __future__ import annotations
@@ -10,6 +16,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 from builtin_interfaces.msg import Duration
@@ -24,6 +31,7 @@ from omniflow.core.fusion_events import (
     TranscriptEvent,
     VoiceActivityEvent,
 )
+from omniflow.core.params import ParamSpec
 from omniflow.core.scene import phrase
 from omniflow.core.throttle import KindThrottle
 from omniflow.core.timing import NS_PER_MS, NS_PER_S, SAMPLE_RATE
@@ -46,12 +54,23 @@ from omniflow.ros.conversions import (
     time_from_ns,
 )
 
+try:  # ROS installs have it (not installable from PyPI): the robot's own conversion
+    from cv_bridge import CvBridge, CvBridgeError
+except ImportError:
+    CvBridge = CvBridgeError = None
+
 __all__ = [
+    "IMAGE_CONVERTER",
     "IMAGE_ENCODINGS",
+    "INTAKE_PARAMS",
     "InputChecker",
+    "IntakeStats",
+    "SequenceGaps",
     "association_msg",
     "check_audio",
     "check_image",
+    "image_rgb",
+    "oversize_problem",
     "scene_msg",
     "stamp_problem",
     "transcript_msg",
@@ -60,6 +79,68 @@ __all__ = [
 
 #: Image encodings the fusion node accepts (converted to rgb8).
 IMAGE_ENCODINGS = ("rgb8", "bgr8", "mono8")
+
+#: What converts frames to RGB: cv_bridge when it imports, else omniflow's own codec.
+IMAGE_CONVERTER = "cv_bridge" if CvBridge is not None else "omniflow.core.image_codec"
+_BRIDGE = CvBridge() if CvBridge is not None else None
+
+# The fusion node's intake settings (the node reads them when it subscribes).
+INTAKE_PARAMS = (
+    ParamSpec(
+        "audio.queue_depth",
+        50,
+        "Microphone and played-audio chunks the subscriptions hold while the node is busy "
+        "(best effort, keep last; 50 chunks of 40 ms = 2 s). The sensor-data depth of 5 "
+        "(200 ms) lost chunks whenever a decode kept the node from taking them",
+        unit="chunks",
+        minimum=1,
+        maximum=1000,
+        read_only=True,
+    ),
+    ParamSpec(
+        "image.max_pixels",
+        3840 * 2160,
+        "Larger camera frames are refused at intake, before any conversion or buffering, "
+        "and counted (frames_too_large); default: 4K UHD",
+        unit="pixels",
+        minimum=1,
+        maximum=100_000_000,
+        read_only=True,
+    ),
+)
+
+
+@dataclass
+class IntakeStats:
+    """What happened at the fusion node's intake, besides the counts of
+    :class:`~omniflow.core.fusion_events.FusionStats` (plain values for status and
+    diagnostics)."""
+
+    audio_lost: int = 0  # microphone chunks sent but never received (see SequenceGaps)
+    frames_lost: int = 0  # frames sent but never received, or replaced in the DDS queue
+    frames_skipped: int = 0  # received frames replaced by a newer one before they were used
+    frames_too_large: int = 0  # over image.max_pixels (also counted in rejected_images)
+    image_converter: str = IMAGE_CONVERTER
+
+
+class SequenceGaps:
+    """Counts the messages of a topic that were published but never reached the callback,
+    from the gaps in the DDS publication sequence numbers that rclpy passes with each
+    message (exact with one publisher per topic; a step back, a new publisher, restarts the
+    count; an rmw that gives no number counts nothing)."""
+
+    def __init__(self) -> None:
+        self._last: int | None = None
+
+    def missing(self, info: dict) -> int:
+        """How many messages are missing before the one ``info`` describes."""
+        sequence = info.get("publication_sequence_number")
+        if sequence is None:
+            return 0
+        last, self._last = self._last, sequence
+        if last is None or sequence <= last:
+            return 0
+        return sequence - last - 1
 
 
 def stamp_problem(stamp_ns: int, now_ns: int, max_future_ns: int) -> str | None:
@@ -97,17 +178,41 @@ def check_audio(msg: AudioChunk, any_rate: bool = False) -> tuple[str | None, np
     return None, np.ascontiguousarray(samples, dtype=np.int16)
 
 
-def check_image(msg: Image) -> tuple[str | None, np.ndarray | None]:
-    """(problem, None) or (None, an RGB uint8 array) for one frame."""
+def oversize_problem(msg: Image, max_pixels: int) -> str | None:
+    """Why a frame is too large to take (over ``max_pixels``), or None."""
+    if msg.width * msg.height <= max_pixels:
+        return None
+    return (
+        f"{msg.width}x{msg.height} ({msg.width * msg.height:,} px) is over "
+        f"image.max_pixels ({max_pixels:,} px): scale the camera down or raise "
+        "image.max_pixels"
+    )
+
+
+def check_image(msg: Image) -> tuple[str | None, Image | None]:
+    """(problem, None) or (None, msg) for one frame: its size, encoding and layout (step,
+    data length), without copying or converting anything."""
     if msg.width == 0 or msg.height == 0:
         return f"zero size ({msg.width}x{msg.height})", None
     if msg.encoding not in IMAGE_ENCODINGS:
         return (f"unknown encoding {msg.encoding!r}; allowed: {', '.join(IMAGE_ENCODINGS)}", None)
     try:
-        pixels = image_pixels(msg)
-        return None, image_codec.convert(np.asarray(pixels), msg.encoding, "rgb8")
-    except (ImageFormatError, ValueError) as err:
+        image_pixels(msg)  # a zero-copy view: validates step and data length
+    except ImageFormatError as err:
         return str(err), None
+    return None, msg
+
+
+def image_rgb(msg: Image) -> np.ndarray:
+    """The pixels of a frame that passed :func:`check_image`, as an RGB uint8 array:
+    ``CvBridge().imgmsg_to_cv2(msg, desired_encoding="rgb8")`` when cv_bridge imports, else
+    the codec (zero-copy for rgb8). ImageFormatError if the conversion fails."""
+    if _BRIDGE is not None:
+        try:
+            return _BRIDGE.imgmsg_to_cv2(msg, desired_encoding="rgb8")
+        except (CvBridgeError, TypeError, ValueError) as err:
+            raise ImageFormatError(f"cv_bridge could not convert the frame: {err}") from err
+    return image_codec.convert(np.asarray(image_pixels(msg)), msg.encoding, "rgb8")
 
 
 class InputChecker:
@@ -137,7 +242,7 @@ class InputChecker:
         kind: str,
         msg: AudioChunk | Image,
         check: Callable[[object], tuple[str | None, object]],
-    ) -> tuple[int, np.ndarray] | None:
+    ) -> tuple[int, object] | None:
         """(stamp ns, checked value) of a message that passes; None once counted."""
         stamp_ns = ns_from_time(msg.header.stamp)
         problem = stamp_problem(stamp_ns, self._now_ns(), self.max_future_ns)
@@ -146,6 +251,11 @@ class InputChecker:
             problem, value = check(msg)
         if problem is None:
             return stamp_ns, value
+        self.reject(kind, problem)
+        return None
+
+    def reject(self, kind: str, problem: str) -> None:
+        """Count one rejected input of ``kind`` and log why (throttled)."""
         with self._lock:
             counter = self._COUNTERS[kind]
             setattr(self.stats, counter, getattr(self.stats, counter) + 1)
@@ -153,7 +263,6 @@ class InputChecker:
             due = self._throttle.due(f"{kind}: {problem}", time.monotonic())
         if due:
             self._warn(f"{self._WHAT[kind]} rejected: {problem}")
-        return None
 
 
 def voice_activity_msg(event: VoiceActivityEvent) -> VoiceActivity:

@@ -31,3 +31,15 @@ EVENTS = QoSProfile(
     reliability=ReliabilityPolicy.RELIABLE,
     durability=DurabilityPolicy.VOLATILE,
 )
+
+
+def sensor_queue(depth: int) -> QoSProfile:
+    """The sensor-data profile with a deeper (or shallower) keep-last queue, for a subscriber
+    that must ride out moments when it cannot take messages: the queue depth is the
+    subscriber's own, so it matches any sensor-data publisher."""
+    return QoSProfile(
+        history=HistoryPolicy.KEEP_LAST,
+        depth=depth,
+        reliability=ReliabilityPolicy.BEST_EFFORT,
+        durability=DurabilityPolicy.VOLATILE,
+    )
