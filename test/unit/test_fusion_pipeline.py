@@ -510,6 +510,10 @@ class Labelled:
     labels: tuple
     pointed: str | None = None
 
+    @property
+    def summary(self) -> tuple:
+        return tuple((label, None) for label in self.labels)
+
 
 class LabelledVision:
     """Frames whose first pixel is 1 show a cat, the others a cup on a table."""
