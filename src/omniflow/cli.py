@@ -4,6 +4,7 @@
     omniflow record [--topics T ...] [-o DIR] [--duration S]
     omniflow replay BAG [--rate R] [--clock] [--loop] [--topics T ...]
     omniflow demo [--bag BAG | --audio F.wav --video F] [--out DIR]
+    omniflow doctor [--profile pc|pi|replay] [--json] [--skip llm,coral,tts]
 
 ``run`` starts one process per node (through ``omniflow.launcher``), the same shape as
 ``ros2 launch`` on a robot, rather than one process with a multi-threaded executor:
@@ -289,6 +290,12 @@ def parser() -> argparse.ArgumentParser:
     sub.add_parser(
         "demo", help="the graph on the bundled session (omniflow demo --help)", add_help=False
     )
+
+    from omniflow import doctor
+
+    doctor.add_arguments(
+        sub.add_parser("doctor", help="check this machine for a profile: devices, models, ROS")
+    )
     return top
 
 
@@ -299,7 +306,9 @@ def main(argv: list[str] | None = None) -> int:
 
         return demo.main(argv[1:])
     args = parser().parse_args(argv)
-    commands = {"run": cmd_run, "record": cmd_record, "replay": cmd_replay}
+    from omniflow.doctor import cmd_doctor
+
+    commands = {"run": cmd_run, "record": cmd_record, "replay": cmd_replay, "doctor": cmd_doctor}
     try:
         return commands[args.command](args)
     except OmniflowError as err:
