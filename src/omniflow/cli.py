@@ -1,6 +1,7 @@
 """The ``omniflow`` command: run the graph, record and replay bags, and the demo.
 
-    omniflow run --profile pc|pi|replay [--bag BAG] [--params-file F] [--namespace NS]
+    omniflow run --profile pc|pi|replay|split-robot|split-dialogue [--bag BAG]
+                 [--params-file F] [--namespace NS]
     omniflow record [--topics T ...] [-o DIR] [--duration S]
     omniflow replay BAG [--rate R] [--clock] [--loop] [--topics T ...]
     omniflow demo [--bag BAG | --audio F.wav --video F] [--out DIR]
@@ -241,10 +242,11 @@ def parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="start the graph, one process per node")
     run.add_argument(
         "--profile",
-        choices=("pc", "pi", "replay"),
+        choices=("pc", "pi", "replay", "split-robot", "split-dialogue"),
         default="pc",
         help="pc: robot PC; pi: Raspberry Pi 5 + Coral; replay: a bag instead "
-        "of the capture nodes (needs --bag)",
+        "of the capture nodes (needs --bag); split-robot and split-dialogue: the two "
+        "halves of a graph over two hosts",
     )
     run.add_argument("--bag", type=Path, help="play this bag into the graph (with /clock)")
     run.add_argument("--rate", type=float, default=1.0, help="playback rate of --bag")
