@@ -5,7 +5,7 @@
     omniflow record [--topics T ...] [-o DIR] [--duration S]
     omniflow replay BAG [--rate R] [--clock] [--loop] [--topics T ...]
     omniflow demo [--bag BAG | --audio F.wav --video F] [--out DIR]
-    omniflow doctor [--profile pc|pi|replay] [--json] [--skip llm,coral,tts]
+    omniflow doctor [--profile pc|pi|replay|split-...] [--json] [--skip llm,coral,tts]
 
 ``run`` starts one process per node (through ``omniflow.launcher``), the same shape as
 ``ros2 launch`` on a robot, rather than one process with a multi-threaded executor:

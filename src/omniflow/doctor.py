@@ -408,18 +408,20 @@ def run_checks(
         checks.append(check_microphone(nodes["audio_capture"]))
     if "camera" in nodes:
         checks.append(check_camera(nodes["camera"]))
-    if not set(CAPTURE_NODES) & set(nodes):
+    if "fusion" in nodes and not set(CAPTURE_NODES) & set(nodes):
         checks.append(Check("capture", OK, "profile without capture nodes: a bag stands in"))
-    checks.append(check_speaker(nodes["speech"]))
+    if "speech" in nodes:
+        checks.append(check_speaker(nodes["speech"]))
     checks += check_model_files(share_dir() / "models")
-    if "coral" not in skip:
+    if "coral" not in skip and "fusion" in nodes:
         checks.append(check_coral(nodes["fusion"], **(coral or {})))
-    if "llm" not in skip:
+    if "llm" not in skip and "dialogue" in nodes:
         checks.append(check_llm(nodes["dialogue"]))
-    if "tts" not in skip:
+    if "tts" not in skip and "speech" in nodes:
         checks.append(check_tts(nodes["speech"]))
-    root = sysfs_root if sysfs_root is not None else str(nodes["power_manager"]["sysfs_root"])
-    checks += check_power(root)
+    if "power_manager" in nodes or sysfs_root is not None:
+        default_root = nodes.get("power_manager", {}).get("sysfs_root", "/")
+        checks += check_power(sysfs_root if sysfs_root is not None else str(default_root))
     if "camera" in nodes:
         checks.append(check_shm())
     return checks

@@ -327,3 +327,11 @@ def test_doctor_pi_on_this_machine_fails_clearly_and_exits_non_zero(capsys) -> N
 def test_doctor_rejects_an_unknown_skip(capsys) -> None:
     assert main(["doctor", "--skip", "camera"]) == 1
     assert "--skip takes llm, coral, tts" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("profile", ["split-robot", "split-dialogue"])
+def test_doctor_checks_each_half_of_a_split_graph(capsys, profile) -> None:
+    main(["doctor", "--profile", profile, "--json", "--skip", "llm,coral,tts"])
+    names = {c["name"] for c in json.loads(capsys.readouterr().out)["checks"]}
+    assert ("audio.input" in names) == (profile == "split-robot")
+    assert "ros.discovery" in names
