@@ -1,9 +1,11 @@
 """The ``omniflow`` command: run the graph, record and replay bags, and the demo.
 
-    omniflow run --profile pc|pi|replay [--bag BAG] [--params-file F] [--namespace NS]
+    omniflow run --profile pc|pi|replay|split-robot|split-dialogue [--bag BAG]
+                 [--params-file F] [--namespace NS]
     omniflow record [--topics T ...] [-o DIR] [--duration S]
     omniflow replay BAG [--rate R] [--clock] [--loop] [--topics T ...]
     omniflow demo [--bag BAG | --audio F.wav --video F] [--out DIR]
+    omniflow doctor [--profile pc|pi|replay|split-...] [--json] [--skip llm,coral,tts]
 
 ``run`` starts one process per node (through ``omniflow.launcher``), the same shape as
 ``ros2 launch`` on a robot, rather than one process with a multi-threaded executor:
@@ -256,10 +258,11 @@ def parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="start the graph, one process per node")
     run.add_argument(
         "--profile",
-        choices=("pc", "pi", "replay"),
+        choices=("pc", "pi", "replay", "split-robot", "split-dialogue"),
         default="pc",
         help="pc: robot PC; pi: Raspberry Pi 5 + Coral; replay: a bag instead "
-        "of the capture nodes (needs --bag)",
+        "of the capture nodes (needs --bag); split-robot and split-dialogue: the two "
+        "halves of a graph over two hosts",
     )
     run.add_argument("--bag", type=Path, help="play this bag into the graph (with /clock)")
     run.add_argument("--rate", type=float, default=1.0, help="playback rate of --bag")
@@ -305,6 +308,12 @@ def parser() -> argparse.ArgumentParser:
     sub.add_parser(
         "demo", help="the graph on the bundled session (omniflow demo --help)", add_help=False
     )
+
+    from omniflow import doctor
+
+    doctor.add_arguments(
+        sub.add_parser("doctor", help="check this machine for a profile: devices, models, ROS")
+    )
     return top
 
 
@@ -315,7 +324,9 @@ def main(argv: list[str] | None = None) -> int:
 
         return demo.main(argv[1:])
     args = parser().parse_args(argv)
-    commands = {"run": cmd_run, "record": cmd_record, "replay": cmd_replay}
+    from omniflow.doctor import cmd_doctor
+
+    commands = {"run": cmd_run, "record": cmd_record, "replay": cmd_replay, "doctor": cmd_doctor}
     try:
         return commands[args.command](args)
     except OmniflowError as err:

@@ -213,6 +213,23 @@ PROFILES = {
 }
 
 
+# The graph over two hosts (docs/hardware.md): capture, fusion, speech and the power manager on
+# the robot, the dialogue node (its LLM, or the remote backend) on a second machine on the same
+# ROS_DOMAIN_ID. Stamps cross the link: both clocks must agree (chrony or PTP).
+PROFILES["split-robot"] = Profile(
+    "split-robot",
+    "split_robot.yaml",
+    tuple(n for n in GRAPH_NODES if n != "dialogue"),
+    description="the robot's half of a graph over two hosts: capture, fusion, speech, power",
+)
+PROFILES["split-dialogue"] = Profile(
+    "split-dialogue",
+    "split_dialogue.yaml",
+    ("dialogue",),
+    description="the second host's half of a graph over two hosts: the dialogue node",
+)
+
+
 def profile(name: str) -> Profile:
     """The profile of that name; ConfigError naming the known ones."""
     try:

@@ -366,7 +366,7 @@ def test_the_base_launch_file_declares_its_arguments_then_starts_the_nodes(ros_l
     description = load_launch_file("omniflow.launch.py")
     arguments = declared(description)
     assert tuple(arguments) == ("profile", *STANDARD, "camera_dds_profile")
-    assert arguments["profile"].choices == ["pc", "pi", "replay"]
+    assert arguments["profile"].choices == ["pc", "pi", "replay", "split-robot", "split-dialogue"]
     defaults = {
         name: performed(a.default_value, ros_launch.LaunchContext())
         for name, a in arguments.items()

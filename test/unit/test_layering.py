@@ -84,7 +84,8 @@ IO_MODULES = frozenset(
     }
 )
 # Who may import omniflow.nodes: the nodes themselves, the entry points that start them
-# (cli, launcher, graph) and the parameter-table generator of the docs (tests and launch
+# (cli, launcher, graph), the parameter-table generator of the docs and the doctor (which
+# reads their parameters) (tests and launch
 # files are outside the package).
 NODE_IMPORTERS = (
     "omniflow.nodes",
@@ -92,6 +93,7 @@ NODE_IMPORTERS = (
     "omniflow.launcher",
     "omniflow.graph",
     "omniflow.docs",
+    "omniflow.doctor",
 )
 
 

@@ -143,6 +143,10 @@ class SequenceGaps:
         return sequence - last - 1
 
 
+#: A stamp this far ahead of the node's clock is no jitter: the publisher's host clock is off.
+CLOCK_OFFSET_NS = 1_000_000_000
+
+
 def stamp_problem(stamp_ns: int, now_ns: int, max_future_ns: int) -> str | None:
     """Why an input stamp is refused (zero, or too far ahead of ``now_ns``), or None."""
     if stamp_ns <= 0:
@@ -151,9 +155,21 @@ def stamp_problem(stamp_ns: int, now_ns: int, max_future_ns: int) -> str | None:
     if ahead > max_future_ns:
         return (
             f"header.stamp is {ahead / NS_PER_MS:.0f} ms ahead of the node clock "
-            f"(at most {max_future_ns // NS_PER_MS} ms allowed)"
+            f"(at most {max_future_ns // NS_PER_MS} ms allowed)" + clock_offset_hint(ahead)
         )
     return None
+
+
+def clock_offset_hint(ahead_ns: int) -> str:
+    """For a stamp seconds ahead: the likely cause (the publishing host's clock is ahead of
+    this one's) and the fix; '' for smaller offsets."""
+    if ahead_ns < CLOCK_OFFSET_NS:
+        return ""
+    return (
+        f"; the publisher's clock is about {ahead_ns / 1e9:.1f} s ahead of this host's: "
+        "synchronise the hosts' clocks (chrony or PTP; chronyc tracking shows the offset), "
+        "or use_sim_time on every node when replaying a bag"
+    )
 
 
 def check_audio(msg: AudioChunk, any_rate: bool = False) -> tuple[str | None, np.ndarray | None]:
