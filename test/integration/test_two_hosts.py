@@ -139,5 +139,7 @@ def test_a_graph_split_over_two_hosts_answers_barges_in_and_survives_a_cut_link(
     assert "error" not in result, f"{result}\n--- dialogue host\n{far_output}"
     assert result["question"] and result["barge_in"] and result["heard_during_outage"]
     assert result["recovered"] and result["outage_s"] >= 5.0
+    # The robot side said it lost the dialogue node during the cut, and that it came back.
+    assert result["said_lost"] and result["said_back"], result
     # Nothing crossed while the link was down (no shared-memory path between the 'hosts').
     assert result["recovered_s"] >= 0.0

@@ -148,6 +148,16 @@ def main(namespace: str, veth: str) -> dict[str, object]:
             # link is back (the transcript topic is reliable).
             result["recovered_s"] = round(said_t - up, 1)
             result["recovered"] = True
+            # The robot side says it lost the dialogue node during the cut, and when it is back.
+            speech_process = next(p for p in processes if p.spec.name == "speech")
+            deadline = time.monotonic() + 10
+            while "dialogue node is back" not in speech_process.output():
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+            log = speech_process.output()
+            result["said_lost"] = "lost the dialogue node" in log
+            result["said_back"] = "the dialogue node is back" in log
             room.stop()
     except (TimeoutError, AssertionError) as err:
         result["error"] = str(err)

@@ -8,6 +8,7 @@ from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
+from rclpy.event_handler import SubscriptionEventCallbacks
 from std_srvs.srv import Trigger
 
 from omniflow.core.params import ParamSpec
@@ -21,7 +22,7 @@ from omniflow.engines.tts import TtsEngine, make_tts_engine
 from omniflow.msg import AudioChunk, DialogueState, ResponseChunk, SpeechState
 from omniflow.ros import conversions
 from omniflow.ros.device_node import DeviceNode
-from omniflow.ros.qos import EVENTS, LATCHED, SENSOR_DATA
+from omniflow.ros.qos import EVENTS, LATCHED, LIVELINESS_WATCH, SENSOR_DATA
 from omniflow.ros.run import run_node
 
 PARAMS = (
@@ -140,6 +141,7 @@ class SpeechStats(DeviceStats):
     stops: int = 0  # turns stopped (barge-in, cancel, a newer turn)
     skipped_phrases: int = 0  # phrases with nothing sayable
     ignored_chunks: int = 0  # stale or repeated response chunks
+    dialogue_lost: int = 0  # times the dialogue node went silent (gone, or cut off by the network)
     first_audio_ms: float = float("nan")  # last turn: first token stamp -> first sample out
 
 
@@ -177,8 +179,10 @@ class SpeechNode(DeviceNode):
         subscribes:
             ``response`` (omniflow/msg/ResponseChunk, reliable, keep last 50): the streamed
             answer; a newer turn stops the current one.
-            ``dialogue_state`` (omniflow/msg/DialogueState, latched): INTERRUPTED stops
-            speaking within one output block.
+            ``dialogue_state`` (omniflow/msg/DialogueState, latched, liveliness lease 2 s):
+            INTERRUPTED stops speaking within one output block; when the dialogue node stops
+            asserting its liveliness (it died, or the network to its host is cut) a warning
+            says so and ``dialogue_lost`` counts it; speaking what it has goes on.
         publishes:
             ``speech_state`` (omniflow/msg/SpeechState, latched): speaking or idle, the turn
             and the phrase being played; idle is published the moment a stop happens.
@@ -211,7 +215,14 @@ class SpeechNode(DeviceNode):
         self._played_sequence = 0
         self._state_pub = self._audio_pub = None
         self.create_subscription(ResponseChunk, "response", self._on_response, EVENTS)
-        self.create_subscription(DialogueState, "dialogue_state", self._on_dialogue, LATCHED)
+        self._dialogue_alive = False
+        self.create_subscription(
+            DialogueState,
+            "dialogue_state",
+            self._on_dialogue,
+            LIVELINESS_WATCH,
+            event_callbacks=SubscriptionEventCallbacks(liveliness=self._on_dialogue_liveliness),
+        )
         self.create_service(Trigger, "~/stop", self._on_stop_service)
 
     # ----------------------------------------------------------------- device
@@ -281,6 +292,23 @@ class SpeechNode(DeviceNode):
     def _on_dialogue(self, msg: DialogueState) -> None:
         if msg.state == DialogueState.INTERRUPTED:
             self.stop_speaking(f"interrupted: {msg.reason or 'barge-in'}")
+
+    def _on_dialogue_liveliness(self, info) -> None:
+        """The dialogue node's state publisher came alive, or stopped asserting liveliness."""
+        alive = info.alive_count > 0
+        if alive == self._dialogue_alive:
+            return
+        self._dialogue_alive = alive
+        if alive:
+            self.get_logger().info(
+                "the dialogue node is back" if self.stats.dialogue_lost else "dialogue node found"
+            )
+        else:
+            self.stats.dialogue_lost += 1
+            self.get_logger().warning(
+                "lost the dialogue node: no sign of it on dialogue_state for 2 s (it stopped, "
+                "or the network to its host is down); what was queued is still spoken"
+            )
 
     def _on_stop_service(self, request: Trigger.Request, response: Trigger.Response):
         was_speaking = self.stop_speaking("stop requested")

@@ -9,7 +9,7 @@ from std_srvs.srv import Trigger
 from omniflow.core.dialogue import StateChanged, UserSaid
 from omniflow.msg import Association, DialogueState, ResponseChunk, Transcript
 from omniflow.ros import conversions
-from omniflow.ros.qos import EVENTS, LATCHED
+from omniflow.ros.qos import DIALOGUE_STATE, EVENTS
 
 __all__ = ["DialogueOutputs", "chosen_tokens", "transcript_of", "user_said"]
 
@@ -64,7 +64,7 @@ class DialogueOutputs:
         self._node = node
         self.chunks = 0  # response chunks published
         self._response = node.create_publisher(ResponseChunk, "response", EVENTS)
-        self._state = node.create_publisher(DialogueState, "dialogue_state", LATCHED)
+        self._state = node.create_publisher(DialogueState, "dialogue_state", DIALOGUE_STATE)
         self._user_said = node.create_publisher(Transcript, "user_said", EVENTS)
         self._stop = node.create_client(
             Trigger, f"{speech_node}/stop", callback_group=callback_group

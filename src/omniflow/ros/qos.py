@@ -4,13 +4,17 @@
   volatile): a late chunk is worth less than the next one, and a slow subscriber must never
   stall capture;
 - latched state (dialogue, speech and power state): reliable, transient local, depth 1, so a
-  late subscriber gets the current state at once;
+  late subscriber gets the current state at once; the dialogue node's state also asserts its
+  liveliness (``DIALOGUE_STATE``), so a node on the other side of a network link notices within
+  ``LIVELINESS_WATCH`` that the dialogue node is gone or cut off, though its state rarely changes;
 - events and results (transcripts, responses, associations): reliable, keep last 50.
 """
 
+from rclpy.duration import Duration
 from rclpy.qos import (
     DurabilityPolicy,
     HistoryPolicy,
+    LivelinessPolicy,
     QoSProfile,
     ReliabilityPolicy,
     qos_profile_sensor_data,
@@ -23,6 +27,28 @@ LATCHED = QoSProfile(
     depth=1,
     reliability=ReliabilityPolicy.RELIABLE,
     durability=DurabilityPolicy.TRANSIENT_LOCAL,
+)
+
+# Offered by the dialogue node's state publisher: DDS asserts it for the node (a fraction of the
+# lease). A subscriber that requests no lease (the default) still matches.
+DIALOGUE_STATE = QoSProfile(
+    history=HistoryPolicy.KEEP_LAST,
+    depth=1,
+    reliability=ReliabilityPolicy.RELIABLE,
+    durability=DurabilityPolicy.TRANSIENT_LOCAL,
+    liveliness=LivelinessPolicy.AUTOMATIC,
+    liveliness_lease_duration=Duration(seconds=1),
+)
+
+# Requested by a subscriber that watches the dialogue node's liveliness: at least the offered
+# lease, or the two do not match; 2 s rides out a busy moment.
+LIVELINESS_WATCH = QoSProfile(
+    history=HistoryPolicy.KEEP_LAST,
+    depth=1,
+    reliability=ReliabilityPolicy.RELIABLE,
+    durability=DurabilityPolicy.TRANSIENT_LOCAL,
+    liveliness=LivelinessPolicy.AUTOMATIC,
+    liveliness_lease_duration=Duration(seconds=2),
 )
 
 EVENTS = QoSProfile(
