@@ -215,13 +215,19 @@ class SpeechNode(DeviceNode):
         self._played_sequence = 0
         self._state_pub = self._audio_pub = None
         self.create_subscription(ResponseChunk, "response", self._on_response, EVENTS)
+        self.create_subscription(DialogueState, "dialogue_state", self._on_dialogue, LATCHED)
+        # A second reader only watches the dialogue node's liveliness. It matches publishers
+        # that offer a lease (the dialogue node's); any other publisher of dialogue_state is
+        # still heard through the reader above, so its QoS mismatch here is not reported.
         self._dialogue_alive = False
         self.create_subscription(
             DialogueState,
             "dialogue_state",
-            self._on_dialogue,
+            lambda msg: None,
             LIVELINESS_WATCH,
-            event_callbacks=SubscriptionEventCallbacks(liveliness=self._on_dialogue_liveliness),
+            event_callbacks=SubscriptionEventCallbacks(
+                liveliness=self._on_dialogue_liveliness, incompatible_qos=lambda info: None
+            ),
         )
         self.create_service(Trigger, "~/stop", self._on_stop_service)
 

@@ -40,8 +40,9 @@ DIALOGUE_STATE = QoSProfile(
     liveliness_lease_duration=Duration(seconds=1),
 )
 
-# Requested by a subscriber that watches the dialogue node's liveliness: at least the offered
-# lease, or the two do not match; 2 s rides out a busy moment.
+# Requested by a reader that only watches the dialogue node's liveliness: at least the offered
+# lease, or the two do not match; 2 s rides out a busy moment. It does not match publishers
+# that offer no lease, so the state itself is read through LATCHED.
 LIVELINESS_WATCH = QoSProfile(
     history=HistoryPolicy.KEEP_LAST,
     depth=1,
