@@ -6,8 +6,8 @@ launch files (or used alone with your own parameters):
 Arguments: profile, namespace, use_sim_time, params_file, log_level, vision_accelerator,
 camera_dds_profile. The nodes, their parameter files, use_sim_time, respawn, the camera's
 environment and the fusion node's vision.accelerator come from ``omniflow.graph``
-(unit-tested) through ``omniflow.bringup.base_launch``. Capture nodes are respawned if they
-exit.
+(unit-tested) through ``omniflow.bringup.base_launch``. Every node is respawned if it
+exits.
 """
 
 from omniflow.bringup import base_launch

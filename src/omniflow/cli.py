@@ -12,7 +12,7 @@
 
 - crash isolation: the engines are native code (pocketsphinx, TFLite, espeak-ng, llama.cpp);
   a crash in one takes down that node only, and capture keeps running;
-- respawn: a capture node that dies (a camera unplugged) is started again after a pause;
+- respawn: a node that dies (a camera unplugged, a crash) is started again after a pause;
 - the camera process (and a bag player) alone gets the large-frames Fast DDS profile (an
   environment variable is per process; it commits 16 MiB of shared memory in every process
   that loads it), the fusion process the frame-receiver one;
@@ -65,7 +65,7 @@ def _init_ros():
 
 # ----------------------------------------------------------------------------- run
 def cmd_run(args: argparse.Namespace) -> int:
-    from omniflow.graph import CAPTURE_NODES, RESPAWN_DELAY_S, profile, profile_nodes
+    from omniflow.graph import RESPAWN_DELAY_S, profile, profile_nodes
     from omniflow.launcher import Supervisor
     from omniflow.resources import share_dir
 
@@ -81,7 +81,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     stop = _stop_event()
     _status(f"omniflow run --profile {args.profile}: {chosen.description}")
-    supervisor = Supervisor(specs, set(CAPTURE_NODES), RESPAWN_DELAY_S, report=_status)
+    supervisor = Supervisor(specs, {spec.name for spec in specs}, RESPAWN_DELAY_S, report=_status)
     try:
         for index, (name, process) in enumerate(supervisor.processes.items(), 1):
             _status(f"  [{index}/{len(specs)}] started {name} (pid {process.process.pid})")

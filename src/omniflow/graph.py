@@ -21,11 +21,12 @@ from omniflow.core.params import ACCELERATORS
 from omniflow.errors import ConfigError
 from omniflow.launcher import NodeSpec
 
-# Capture nodes own a device: launch files respawn them when they die.
+# Capture nodes own a device.
 CAPTURE_NODES = ("audio_capture", "camera")
 # Every node of the graph so far, in launch order.
 GRAPH_NODES = (*CAPTURE_NODES, "fusion", "dialogue", "speech", "power_manager")
-# Seconds before a dead capture node is started again.
+# Seconds before a node that died is started again (every node is respawned: the others notice
+# its absence and its return, docs/design.md "Recovery").
 RESPAWN_DELAY_S = 2.0
 
 # The Fast DDS profile for processes that publish camera frames (config/fastdds/): a 16 MiB
@@ -261,7 +262,7 @@ def launch_nodes(
     camera_env: Mapping[str, str] | None = None,
 ) -> list[LaunchNode]:
     """The nodes of a profile as launch actions need them: executable, parameter files (the
-    profile's YAML, or ``params_file`` in its place), use_sim_time, respawn for capture nodes,
+    profile's YAML, or ``params_file`` in its place), use_sim_time, respawn,
     the camera's DDS profile (``camera_env``; default :func:`frame_publisher_env`) and the
     fusion node's (:func:`frame_receiver_env`)."""
     chosen = profile(profile_name)
@@ -276,7 +277,7 @@ def launch_nodes(
             executable=name,
             params_files=files,
             use_sim_time=chosen.use_sim_time,
-            respawn=name in CAPTURE_NODES,
+            respawn=True,
             respawn_delay=RESPAWN_DELAY_S,
             env=envs.get(name, {}),
             remappings=dict(chosen.remappings.get(name, {})),
@@ -298,7 +299,7 @@ def launch_node_actions(
 ) -> list[dict[str, object]]:
     """The keyword arguments of a launch_ros ``Node`` for each node of a profile, from the
     values of the base launch file's arguments (:func:`base_arguments`): namespace, log level,
-    use_sim_time (the profile's, or the argument), respawn for capture nodes, the camera's DDS
+    use_sim_time (the profile's, or the argument), respawn, the camera's DDS
     profile (``camera_dds_profile``; empty: the package's large-frames profile) and the fusion
     node's ``vision.accelerator`` (``vision_accelerator``; empty: the parameters file's)."""
     camera_env = {

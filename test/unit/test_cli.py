@@ -104,7 +104,7 @@ def test_large_frames_are_scaled_down(tmp_path):
     assert (frame.width, frame.height) == (640, 360)
 
 
-def test_the_supervisor_respawns_capture_nodes_only(tmp_path):
+def test_the_supervisor_respawns_the_nodes_it_is_told_to(tmp_path):
     import time
 
     from omniflow.launcher import NodeSpec, Supervisor

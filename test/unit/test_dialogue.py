@@ -192,6 +192,47 @@ def test_an_answer_nobody_plays_times_out():
     assert states(actions) == [State.LISTENING]
 
 
+def test_a_speech_node_lost_while_playing_ends_the_turn_with_the_reason():
+    dm = DialogueManager()
+    turn = speaking(dm)
+    assert dm.speech_lost(1.2) == []  # not playing yet: the speech_start_timeout_s rule
+    dm.speech(True, turn, 1.3)
+    actions = dm.speech_lost(2.0)
+    assert of(actions, Cancel) == [
+        Cancel(
+            turn,
+            "the speech node went away while it played the answer",
+            False,
+            CancelReason.SPEECH_LOST,
+        )
+    ]
+    ended = of(actions, TurnEnded)[0]
+    assert (ended.turn_id, ended.outcome) == (turn, "failed")
+    assert states(actions) == [State.LISTENING]
+    assert dm.speech_lost(2.5) == []
+
+
+def test_an_utterance_nothing_more_is_heard_of_is_given_up():
+    dm = DialogueManager(user_turn_timeout_s=6.0)
+    dm.voice_start(1, 0.09, 0.0)
+    dm.voice_ongoing(1, 0.5, 1.0)
+    dm.voice_end(1, 2.0)
+    assert dm.tick(7.9) == []  # the final is still due
+    actions = dm.tick(8.0)
+    assert states(actions) == [State.LISTENING]
+    assert "no final transcript" in actions[0].reason
+    # A final that comes after all is still answered.
+    assert of(dm.transcript(1, "what is this", True, 9.0), StartTurn)
+
+
+def test_an_interruption_nothing_more_is_heard_of_is_given_up():
+    dm = DialogueManager(user_turn_timeout_s=3.0)
+    speaking(dm)
+    dm.voice_ongoing(2, 0.5, 2.0)
+    assert dm.state == State.INTERRUPTED
+    assert states(dm.tick(5.0)) == [State.LISTENING]
+
+
 def test_messages_for_old_turns_are_ignored():
     dm = DialogueManager()
     turn = speaking(dm)
@@ -228,6 +269,7 @@ EVENTS = st.sampled_from(
         "failed",
         "speech_on",
         "speech_off",
+        "speech_lost",
         "tick",
         "prompt",
         "preempt",
@@ -260,8 +302,10 @@ def test_any_sequence_of_inputs_keeps_the_machine_consistent(events):
             dm.generated(turn, now, error="boom" if event == "failed" else "")
         elif event in ("speech_on", "speech_off"):
             dm.speech(event == "speech_on", turn, now)
+        elif event == "speech_lost":
+            dm.speech_lost(now)
         elif event == "tick":
-            dm.tick(now + 5)
+            dm.tick(now + 7)
         elif event in ("prompt", "preempt"):
             try:
                 dm.prompt("hi", "goal", now, preempt=event == "preempt")

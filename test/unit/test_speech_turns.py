@@ -130,3 +130,23 @@ def test_an_interrupt_stops_a_turn_that_is_only_audible_and_then_nothing():
     stream(plan, 2, "Next.")
     plan.played_out(2)
     assert plan.interrupt("late") == []
+
+
+def test_a_lost_source_ends_the_open_turn_with_what_it_holds():
+    plan = planner()
+    actions = stream(plan, 4, "The red box is a toolbox and it", final=False)
+    held = spoken(actions)
+    actions = plan.source_lost()
+    assert " ".join(held + spoken(actions)) == "The red box is a toolbox and it"
+    assert actions[-1] == TurnDone(4)
+    assert plan.current_turn is None
+    assert plan.source_lost() == []  # nothing open any more
+
+
+def test_a_restarted_source_reuses_turn_ids_that_were_closed():
+    plan = planner()
+    stream(plan, 1, "Hello there.")
+    stream(plan, 2, "Hi again.")
+    assert stream(plan, 1, "New answer.") == []  # the old source's turn 1: stale
+    plan.source_restarted()
+    assert spoken(stream(plan, 1, "New answer.")) == ["New answer."]

@@ -94,6 +94,18 @@ DIALOGUE_PARAMS = (
         live=True,
     ),
     ParamSpec(
+        "user_turn_timeout_s",
+        6.0,
+        "While the user speaks (or after a barge-in), this long without a voice-activity "
+        "event or transcript gives the utterance up and listens again (the fusion node died, "
+        "or its messages were lost); longer than the final transcript takes after the end of "
+        "speech",
+        unit="s",
+        minimum=1.0,
+        maximum=120.0,
+        live=True,
+    ),
+    ParamSpec(
         "stop.words",
         "stop, stop it, stop that, stop talking, wait, hold on, hang on, be quiet, quiet, "
         "shut up, that's enough, enough, never mind, nevermind, cancel, pause, halt, silence",
@@ -139,6 +151,7 @@ class CancelReason(Enum):
     TIMED_OUT = "timed_out"  # the turn's goal ran out of time
     STOP_REQUEST = "stop_request"  # the user asked the robot to stop
     DEACTIVATED = "deactivated"  # the dialogue node stopped taking turns
+    SPEECH_LOST = "speech_lost"  # the speech node went away while it played the answer
 
 
 Source = Literal["speech", "goal", "proactive"]
@@ -315,6 +328,8 @@ class DialogueManager:
         speech_start_timeout_s: once the answer is complete, how long to wait for the speech
             node to start playing it before going back to listening (no speech node, or a
             muted one, must not hold the conversation).
+        user_turn_timeout_s: while the user speaks, how long without a voice-activity event
+            or transcript before the utterance is given up (no fusion node any more).
         stop: the stop requests (default: the ``stop.words`` and ``stop.fillers`` defaults).
         stop_reply: what to say to a stop request ("": nothing).
     """
@@ -325,14 +340,20 @@ class DialogueManager:
         barge_in: bool = True,
         barge_in_min_speech_s: float = 0.06,
         speech_start_timeout_s: float = 2.0,
+        user_turn_timeout_s: float = 6.0,
         stop: StopPhrases | None = None,
         stop_reply: str = "",
     ) -> None:
-        if barge_in_min_speech_s < 0 or speech_start_timeout_s <= 0:
-            raise ValueError("barge_in_min_speech_s must be >= 0 and speech_start_timeout_s > 0")
+        if barge_in_min_speech_s < 0 or speech_start_timeout_s <= 0 or user_turn_timeout_s <= 0:
+            raise ValueError(
+                "barge_in_min_speech_s must be >= 0, speech_start_timeout_s and "
+                "user_turn_timeout_s > 0"
+            )
         self.barge_in = barge_in
         self.barge_in_min_speech_s = barge_in_min_speech_s
         self.speech_start_timeout_s = speech_start_timeout_s
+        self.user_turn_timeout_s = user_turn_timeout_s
+        self._heard_at = 0.0  # the last voice-activity event or transcript
         self.stop = stop if stop is not None else _DEFAULT_STOP
         self.stop_reply = stop_reply.strip()
         self.state = State.LISTENING
@@ -356,6 +377,7 @@ class DialogueManager:
         self.barge_in = bool(params["barge_in.enabled"])
         self.barge_in_min_speech_s = float(params["barge_in.min_speech_ms"]) / 1000
         self.speech_start_timeout_s = float(params["speech_start_timeout_s"])
+        self.user_turn_timeout_s = float(params["user_turn_timeout_s"])
         self.stop = StopPhrases.parse(str(params["stop.words"]), str(params["stop.fillers"]))
         self.stop_reply = str(params["stop.reply"]).strip()
 
@@ -373,6 +395,7 @@ class DialogueManager:
     # ----------------------------------------------------------------- the user's voice
     def voice_start(self, utterance_id: int, speech_s: float, now: float) -> list[Action]:
         """The fusion node confirmed user speech (echo removed)."""
+        self._heard_at = now
         actions: list[Action] = []
         if self.state == State.LISTENING:
             self._utterance = utterance_id
@@ -397,6 +420,7 @@ class DialogueManager:
 
     def voice_ongoing(self, utterance_id: int, speech_s: float, now: float) -> list[Action]:
         """The user is still speaking (``speech_s`` so far): a barge-in once it is long enough."""
+        self._heard_at = now
         if (
             self.state != State.SPEAKING
             or not self.barge_in
@@ -413,10 +437,12 @@ class DialogueManager:
 
     def voice_end(self, utterance_id: int, now: float) -> list[Action]:
         """The VAD heard the end of the utterance; the final transcript follows (or came)."""
+        self._heard_at = now
         return []
 
     def transcript(self, utterance_id: int, text: str, final: bool, now: float) -> list[Action]:
         """A partial or final transcript of the user's utterance."""
+        self._heard_at = now
         text = " ".join(text.split())
         listening_to_user = self.state in (State.USER_SPEAKING, State.INTERRUPTED, State.LISTENING)
         if not final:
@@ -545,8 +571,38 @@ class DialogueManager:
             )
         return []
 
+    def speech_lost(self, now: float) -> list[Action]:
+        """The speech node went away (it died, or the network to it is cut): a turn it was
+        playing ends, since its end of playback will never come. (An answer it had not
+        started playing ends by the ``speech_start_timeout_s`` rule.)"""
+        turn = self._turn
+        if turn is None or not turn.speech_started:
+            return []
+        return self._end_turn(
+            "failed",
+            "the speech node went away while it played the answer",
+            now,
+            stop_speech=False,
+            cause=CancelReason.SPEECH_LOST,
+            then=State.LISTENING,
+        )
+
     def tick(self, now: float) -> list[Action]:
-        """Time-outs: an answer nobody started playing ends after ``speech_start_timeout_s``."""
+        """Time-outs: an answer nobody started playing ends after ``speech_start_timeout_s``;
+        an utterance nothing more is heard of is given up after ``user_turn_timeout_s``."""
+        if (
+            self.state in (State.USER_SPEAKING, State.INTERRUPTED)
+            and now - self._heard_at >= self.user_turn_timeout_s
+        ):
+            self._utterance = 0
+            self._warm_text = ""
+            return [
+                self._set(
+                    State.LISTENING,
+                    f"nothing more heard of the utterance for {self.user_turn_timeout_s:g} s "
+                    "(no final transcript): listening again",
+                )
+            ]
         turn = self._turn
         if (
             turn is not None

@@ -16,7 +16,10 @@ Ordering rules, for a robot whose dialogue manager may restart or resend:
 - within a turn, a repeated index is ignored; an index that arrives early waits for the
   missing ones up to ``gap_timeout_s``, after which the missing ones are skipped (counted);
 - a chunk with index 0 of an unknown turn id lower than the current one is a restarted
-  dialogue manager, not a stale chunk: it starts a new turn.
+  dialogue manager, not a stale chunk: it starts a new turn;
+- when the dialogue node goes away in the middle of a turn (:meth:`SpeechPlanner.source_lost`)
+  what the turn holds is spoken and the turn ends; when a new one is back
+  (:meth:`SpeechPlanner.source_restarted`) the turn ids it reuses are no longer stale.
 """
 
 from __future__ import annotations
@@ -162,12 +165,27 @@ class SpeechPlanner:
             self._next_index += 1
             actions += self._speak(self._chunker.feed(text, now_s))
             if is_final:
-                actions += self._speak(self._chunker.finish())
-                actions.append(TurnDone(self._turn))
-                self._closed.append(self._turn)
-                self._turn, self._chunker = None, None
-                self._early.clear()
+                actions += self._finish()
                 break
+        return actions
+
+    def source_lost(self) -> list[Action]:
+        """The answers' source went away in the middle of a turn (the dialogue node died or
+        was cut off): what the open turn holds is spoken and the turn ends, as if its final
+        chunk had come, so the robot is not left speaking a turn that never ends."""
+        return self._finish() if self._turn is not None else []
+
+    def source_restarted(self) -> None:
+        """A new source (a respawned dialogue node) numbers its turns from 1 again: forget
+        the turns closed so far, or its first answers would be ignored as stale."""
+        self._closed.clear()
+
+    def _finish(self) -> list[Action]:
+        actions = self._speak(self._chunker.finish())
+        actions.append(TurnDone(self._turn))
+        self._closed.append(self._turn)
+        self._turn, self._chunker = None, None
+        self._early.clear()
         return actions
 
     def _speak(self, phrases: list[Phrase]) -> list[Action]:

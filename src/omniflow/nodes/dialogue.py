@@ -38,6 +38,7 @@ from omniflow.ros.dialogue_io import (
     transcript_of,
 )
 from omniflow.ros.lifecycle import AUTOSTART, CONFIGURE_ERRORS, Diagnosis, LifecycleBase
+from omniflow.ros.liveliness import LivelinessWatch
 from omniflow.ros.qos import EVENTS, LATCHED
 from omniflow.ros.run import run_node
 
@@ -68,7 +69,9 @@ class DialogueNode(LifecycleBase):
             ahead; the final one ends the user's turn.
             ``associations`` (omniflow/msg/Association) and ``scene`` (omniflow/msg/Scene):
             what the camera saw, described to the model.
-            ``speech_state`` (omniflow/msg/SpeechState, latched): when playback ends.
+            ``speech_state`` (omniflow/msg/SpeechState, latched): when playback ends; its
+            liveliness is watched: a turn being played when the speech node goes away ends
+            (``speech_lost`` counts it).
             ``image_raw`` (sensor_msgs/Image, sensor-data QoS), only with a model that sees
             images (``minicpmv``, or ``remote`` with ``llm.remote.images``): the frames the
             association chose go to the model.
@@ -122,6 +125,9 @@ class DialogueNode(LifecycleBase):
         ):
             self.create_subscription(msg_type, topic, callback, qos, callback_group=inputs)
         self._context_in.subscribe_power()
+        self._speech_watch = LivelinessWatch(
+            self, SpeechState, "speech_state", self._on_speech_alive, callback_group=inputs
+        )
         self.create_timer(
             _TICK_S, lambda: self._feed(lambda m, now: m.tick(now)), callback_group=inputs
         )
@@ -219,6 +225,17 @@ class DialogueNode(LifecycleBase):
     def _on_speech(self, msg: SpeechState) -> None:
         self._feed(lambda m, now: m.speech(msg.speaking, msg.turn_id, now))
 
+    def _on_speech_alive(self, alive: bool) -> None:
+        if alive:
+            back = self._speech_watch.losses > 0
+            self.get_logger().info("the speech node is back" if back else "speech node found")
+            return
+        self.get_logger().warning(
+            "lost the speech node: no sign of it on speech_state for 2 s; a turn it was "
+            "playing ends"
+        )
+        self._feed(lambda m, now: m.speech_lost(now))
+
     def _on_proactive(self) -> None:
         with self._lock:
             if not self._active or not self.params["proactive.enabled"]:
@@ -298,6 +315,7 @@ class DialogueNode(LifecycleBase):
                 "history_turns": len(self._turns.history),
                 "proactive_rules": len(self._turns.policy.rules),
                 "chunks": self._out.chunks,
+                "speech_lost": self._speech_watch.losses,
                 **vars(self.stats),
                 **vars(self._worker.stats),
                 **vars(self._converse.stats),

@@ -8,7 +8,6 @@ from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
-from rclpy.event_handler import SubscriptionEventCallbacks
 from std_srvs.srv import Trigger
 
 from omniflow.core.params import ParamSpec
@@ -22,7 +21,8 @@ from omniflow.engines.tts import TtsEngine, make_tts_engine
 from omniflow.msg import AudioChunk, DialogueState, ResponseChunk, SpeechState
 from omniflow.ros import conversions
 from omniflow.ros.device_node import DeviceNode
-from omniflow.ros.qos import EVENTS, LATCHED, LIVELINESS_WATCH, SENSOR_DATA
+from omniflow.ros.liveliness import LivelinessWatch
+from omniflow.ros.qos import EVENTS, LATCHED, LEASED_STATE, SENSOR_DATA
 from omniflow.ros.run import run_node
 
 PARAMS = (
@@ -182,10 +182,13 @@ class SpeechNode(DeviceNode):
             ``dialogue_state`` (omniflow/msg/DialogueState, latched, liveliness lease 2 s):
             INTERRUPTED stops speaking within one output block; when the dialogue node stops
             asserting its liveliness (it died, or the network to its host is cut) a warning
-            says so and ``dialogue_lost`` counts it; speaking what it has goes on.
+            says so and ``dialogue_lost`` counts it; speaking what it has goes on, and the
+            answer it was streaming ends there; the turn ids of a respawned dialogue node are
+            not taken for stale ones.
         publishes:
-            ``speech_state`` (omniflow/msg/SpeechState, latched): speaking or idle, the turn
-            and the phrase being played; idle is published the moment a stop happens.
+            ``speech_state`` (omniflow/msg/SpeechState, latched, liveliness lease 1 s):
+            speaking or idle, the turn and the phrase being played; idle is published the
+            moment a stop happens.
             ``played_audio`` (omniflow/msg/AudioChunk, sensor-data QoS): every block sent to
             the speaker, stamped with the time its first sample goes out (the echo
             reference); silence between phrases is not published.
@@ -216,18 +219,8 @@ class SpeechNode(DeviceNode):
         self._state_pub = self._audio_pub = None
         self.create_subscription(ResponseChunk, "response", self._on_response, EVENTS)
         self.create_subscription(DialogueState, "dialogue_state", self._on_dialogue, LATCHED)
-        # A second reader only watches the dialogue node's liveliness. It matches publishers
-        # that offer a lease (the dialogue node's); any other publisher of dialogue_state is
-        # still heard through the reader above, so its QoS mismatch here is not reported.
-        self._dialogue_alive = False
-        self.create_subscription(
-            DialogueState,
-            "dialogue_state",
-            lambda msg: None,
-            LIVELINESS_WATCH,
-            event_callbacks=SubscriptionEventCallbacks(
-                liveliness=self._on_dialogue_liveliness, incompatible_qos=lambda info: None
-            ),
+        self._dialogue = LivelinessWatch(
+            self, DialogueState, "dialogue_state", self._on_dialogue_alive
         )
         self.create_service(Trigger, "~/stop", self._on_stop_service)
 
@@ -272,7 +265,7 @@ class SpeechNode(DeviceNode):
         return output
 
     def create_outputs(self) -> None:
-        self._state_pub = self.create_lifecycle_publisher(SpeechState, "speech_state", LATCHED)
+        self._state_pub = self.create_lifecycle_publisher(SpeechState, "speech_state", LEASED_STATE)
         self._audio_pub = self.create_lifecycle_publisher(AudioChunk, "played_audio", SENSOR_DATA)
 
     def destroy_outputs(self) -> None:
@@ -299,22 +292,25 @@ class SpeechNode(DeviceNode):
         if msg.state == DialogueState.INTERRUPTED:
             self.stop_speaking(f"interrupted: {msg.reason or 'barge-in'}")
 
-    def _on_dialogue_liveliness(self, info) -> None:
+    def _on_dialogue_alive(self, alive: bool) -> None:
         """The dialogue node's state publisher came alive, or stopped asserting liveliness."""
-        alive = info.alive_count > 0
-        if alive == self._dialogue_alive:
-            return
-        self._dialogue_alive = alive
         if alive:
-            self.get_logger().info(
-                "the dialogue node is back" if self.stats.dialogue_lost else "dialogue node found"
-            )
-        else:
-            self.stats.dialogue_lost += 1
-            self.get_logger().warning(
-                "lost the dialogue node: no sign of it on dialogue_state for 2 s (it stopped, "
-                "or the network to its host is down); what was queued is still spoken"
-            )
+            with self._lock:
+                self._planner.source_restarted()
+            back = self._dialogue.losses > 0
+            self.get_logger().info("the dialogue node is back" if back else "dialogue node found")
+            return
+        self.stats.dialogue_lost = self._dialogue.losses
+        with self._lock:
+            actions = self._planner.source_lost()
+            self._todo.extend((self._generation, action) for action in actions)
+        with self._inbox_ready:
+            self._inbox_ready.notify()
+        self.get_logger().warning(
+            "lost the dialogue node: no sign of it on dialogue_state for 2 s (it stopped, "
+            "or the network to its host is down); what was queued is still spoken"
+            + (", and the answer it was streaming ends there" if actions else "")
+        )
 
     def _on_stop_service(self, request: Trigger.Request, response: Trigger.Response):
         was_speaking = self.stop_speaking("stop requested")

@@ -4,9 +4,10 @@
   volatile): a late chunk is worth less than the next one, and a slow subscriber must never
   stall capture;
 - latched state (dialogue, speech and power state): reliable, transient local, depth 1, so a
-  late subscriber gets the current state at once; the dialogue node's state also asserts its
-  liveliness (``DIALOGUE_STATE``), so a node on the other side of a network link notices within
-  ``LIVELINESS_WATCH`` that the dialogue node is gone or cut off, though its state rarely changes;
+  late subscriber gets the current state at once; the dialogue and speech nodes' states also
+  assert their liveliness (``LEASED_STATE``), so a node that depends on one of them notices
+  within ``LIVELINESS_WATCH`` that it is gone (killed, or cut off by the network), though its
+  state rarely changes (:mod:`omniflow.ros.liveliness`);
 - events and results (transcripts, responses, associations): reliable, keep last 50.
 """
 
@@ -29,9 +30,9 @@ LATCHED = QoSProfile(
     durability=DurabilityPolicy.TRANSIENT_LOCAL,
 )
 
-# Offered by the dialogue node's state publisher: DDS asserts it for the node (a fraction of the
-# lease). A subscriber that requests no lease (the default) still matches.
-DIALOGUE_STATE = QoSProfile(
+# Offered by the dialogue and speech nodes' state publishers: DDS asserts it for the node (a
+# fraction of the lease). A subscriber that requests no lease (the default) still matches.
+LEASED_STATE = QoSProfile(
     history=HistoryPolicy.KEEP_LAST,
     depth=1,
     reliability=ReliabilityPolicy.RELIABLE,
@@ -40,7 +41,7 @@ DIALOGUE_STATE = QoSProfile(
     liveliness_lease_duration=Duration(seconds=1),
 )
 
-# Requested by a reader that only watches the dialogue node's liveliness: at least the offered
+# Requested by a reader that only watches a node's liveliness: at least the offered
 # lease, or the two do not match; 2 s rides out a busy moment. It does not match publishers
 # that offer no lease, so the state itself is read through LATCHED.
 LIVELINESS_WATCH = QoSProfile(
