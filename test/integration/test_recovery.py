@@ -22,6 +22,8 @@ import json
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import pytest
@@ -143,6 +145,12 @@ class Robot:
         )
         return next(m for m in messages[after:] if m.state == state)
 
+    def ask_until(self, state: int, what: str) -> DialogueState:
+        """The user asks; the first dialogue state ``state`` after that."""
+        after = len(self.states.messages)
+        self.user_asks()
+        return self.wait_dialogue(state, after, what)
+
     def listening_now(self, what: str) -> None:
         self.states.wait_until(
             lambda ms: bool(ms) and ms[-1].state == DialogueState.LISTENING, ANSWER_TIMEOUT_S, what
@@ -151,10 +159,8 @@ class Robot:
     def next_answer(self) -> tuple[float, float]:
         """Ask; seconds from the end of the question to the first chunk of the answer and to
         its playback."""
-        after = len(self.states.messages)
-        self.user_asks()
         since = time.monotonic() + QUESTION_END_S
-        turn = self.wait_dialogue(DialogueState.THINKING, after, "the next question heard").turn_id
+        turn = self.ask_until(DialogueState.THINKING, "the next question heard").turn_id
         seen = len(self.chunks.messages)
         self.chunks.wait_until(
             lambda ms: any(c.turn_id == turn for c in ms[seen:]), ANSWER_TIMEOUT_S, "an answer"
@@ -215,12 +221,21 @@ def robot():
 RESULTS: list[Recovery] = []
 
 
+@contextmanager
+def explained(robot: Robot) -> Iterator[None]:
+    """A failed wait or assertion, with what the nodes said."""
+    try:
+        yield
+    except (AssertionError, TimeoutError) as err:
+        raise AssertionError(f"{err}\n{robot.outputs()}") from err
+
+
 def recovered(robot: Robot, name: str, killed_in: str, back_s: float) -> None:
     RESULTS.append(Recovery(name, killed_in, back_s, *robot.next_answer()))
 
 
 def test_speech_killed_while_speaking_a_goal_ends_it_with_the_reason(robot):
-    try:
+    with explained(robot):
         after = len(robot.speech_states.messages)
         handle = wait_future(
             robot.client.send_goal_async(
@@ -240,42 +255,30 @@ def test_speech_killed_while_speaking_a_goal_ends_it_with_the_reason(robot):
         status = json.loads(robot.status["dialogue"].messages[-1].data)
         assert status["speech_lost"] >= 1, status
         recovered(robot, "speech", "SPEAKING", back_s)
-    except (AssertionError, TimeoutError) as err:
-        raise AssertionError(f"{err}\n{robot.outputs()}") from err
 
 
 def test_dialogue_killed_while_the_robot_speaks_leaves_no_speech_behind(robot):
-    try:
-        after = len(robot.states.messages)
-        robot.user_asks()
-        robot.wait_dialogue(DialogueState.SPEAKING, after, "the robot answering")
+    with explained(robot):
+        robot.ask_until(DialogueState.SPEAKING, "the robot answering")
         back_s = robot.kill("dialogue")
         robot.speech_states.wait_until(
             lambda ms: not ms[-1].speaking, ANSWER_TIMEOUT_S, "the speech node idle again"
         )
         robot.listening_now("the respawned dialogue node listening")
         recovered(robot, "dialogue", "SPEAKING", back_s)
-    except (AssertionError, TimeoutError) as err:
-        raise AssertionError(f"{err}\n{robot.outputs()}") from err
 
 
 def test_fusion_killed_while_the_user_speaks_leaves_no_utterance_open(robot):
-    try:
-        after = len(robot.states.messages)
-        robot.user_asks()
-        robot.wait_dialogue(DialogueState.USER_SPEAKING, after, "the user speaking")
+    with explained(robot):
+        robot.ask_until(DialogueState.USER_SPEAKING, "the user speaking")
         back_s = robot.kill("fusion")
         robot.listening_now("listening again without the utterance's end")
         recovered(robot, "fusion", "USER_SPEAKING", back_s)
-    except (AssertionError, TimeoutError) as err:
-        raise AssertionError(f"{err}\n{robot.outputs()}") from err
 
 
 def test_power_manager_killed_in_a_turn_the_turn_goes_on(robot):
-    try:
-        after = len(robot.states.messages)
-        robot.user_asks()
-        thinking = robot.wait_dialogue(DialogueState.THINKING, after, "the robot thinking")
+    with explained(robot):
+        thinking = robot.ask_until(DialogueState.THINKING, "the robot thinking")
         back_s = robot.kill("power_manager")
         robot.chunks.wait_until(
             lambda ms: any(c.turn_id == thinking.turn_id and c.is_final for c in ms),
@@ -284,5 +287,3 @@ def test_power_manager_killed_in_a_turn_the_turn_goes_on(robot):
         )
         robot.listening_now("listening after the turn")
         recovered(robot, "power_manager", "THINKING", back_s)
-    except (AssertionError, TimeoutError) as err:
-        raise AssertionError(f"{err}\n{robot.outputs()}") from err
