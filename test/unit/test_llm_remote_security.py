@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from loopback_http import ModeHandler, serve
 
 from omniflow.core.prompt import Prompt
 from omniflow.engines.llm import RemoteBackend, make_backend
@@ -22,21 +23,11 @@ KEY = "sk-test-9f8e7d6c5b4a"
 PROMPT = Prompt("You are a small robot.", user="hello")
 
 
-class _Handler(http.server.BaseHTTPRequestHandler):
+class _Handler(ModeHandler):
     """An OpenAI-compatible server that keeps every Authorization header and answers the
     way ``self.server.mode`` says: ``ok``, or one of the ways servers echo a bad key."""
 
-    def log_message(self, *args) -> None:
-        pass
-
-    def do_GET(self) -> None:
-        self._answer()
-
-    def do_POST(self) -> None:
-        self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        self._answer()
-
-    def _answer(self) -> None:
+    def answer(self) -> None:
         auth = self.headers.get("Authorization", "")
         self.server.authorizations.append(auth)
         mode = self.server.mode
@@ -63,13 +54,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 
 def _serve(tls: ssl.SSLContext | None = None) -> http.server.ThreadingHTTPServer:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    if tls is not None:
-        server.socket = tls.wrap_socket(server.socket, server_side=True)
-    server.daemon_threads = True
-    server.mode = "ok"
+    server = serve(_Handler, "ok", tls)
     server.authorizations = []
-    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
     return server
 
 
