@@ -9,7 +9,7 @@ from std_srvs.srv import Trigger
 from omniflow.core.dialogue import StateChanged, UserSaid
 from omniflow.msg import Association, DialogueState, ResponseChunk, Transcript
 from omniflow.ros import conversions
-from omniflow.ros.qos import DIALOGUE_STATE, EVENTS
+from omniflow.ros.qos import DIALOGUE_STATE, EVENTS, RESPONSE
 
 __all__ = ["DialogueOutputs", "chosen_tokens", "transcript_of", "user_said"]
 
@@ -63,7 +63,7 @@ class DialogueOutputs:
     def __init__(self, node: Node, speech_node: str, callback_group: CallbackGroup) -> None:
         self._node = node
         self.chunks = 0  # response chunks published
-        self._response = node.create_publisher(ResponseChunk, "response", EVENTS)
+        self._response = node.create_publisher(ResponseChunk, "response", RESPONSE)
         self._state = node.create_publisher(DialogueState, "dialogue_state", DIALOGUE_STATE)
         self._user_said = node.create_publisher(Transcript, "user_said", EVENTS)
         self._stop = node.create_client(

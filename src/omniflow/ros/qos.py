@@ -7,7 +7,13 @@
   late subscriber gets the current state at once; the dialogue node's state also asserts its
   liveliness (``DIALOGUE_STATE``), so a node on the other side of a network link notices within
   ``LIVELINESS_WATCH`` that the dialogue node is gone or cut off, though its state rarely changes;
-- events and results (transcripts, responses, associations): reliable, keep last 50.
+- events and results (transcripts, associations): reliable, keep last 50;
+- the streamed answer (``RESPONSE``): the same, and its publisher keeps the last 50 chunks
+  for readers that join late (transient local), so a speech node that starts, or restarts,
+  in the middle of an answer hears it from its first piece (it drops the chunks of turns that
+  are over: :class:`omniflow.core.speech_turns.TurnGate`). Readers may ask for volatile (they
+  get what comes after they join); a publisher must offer transient local, or the speech
+  node, which asks for it, does not match it (rclpy warns of the incompatible QoS).
 """
 
 from rclpy.duration import Duration
@@ -57,6 +63,13 @@ EVENTS = QoSProfile(
     depth=50,
     reliability=ReliabilityPolicy.RELIABLE,
     durability=DurabilityPolicy.VOLATILE,
+)
+
+RESPONSE = QoSProfile(
+    history=HistoryPolicy.KEEP_LAST,
+    depth=50,
+    reliability=ReliabilityPolicy.RELIABLE,
+    durability=DurabilityPolicy.TRANSIENT_LOCAL,
 )
 
 
