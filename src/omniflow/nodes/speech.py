@@ -436,8 +436,9 @@ class SpeechNode(DeviceNode):
                     self._todo.append((self._generation, action))
         if gate.ended_turns > ended_turns:
             self.get_logger().info(
-                f"{gate.ended_turns - ended_turns} turn(s) already over by the dialogue state "
-                f"not spoken ({gate.ended_chunks} chunks dropped so far)"
+                f"not speaking {gate.ended_turns - ended_turns} turn(s) the dialogue state says "
+                f"are over (kept answers heard on joining, or late chunks; {gate.ended_chunks} "
+                "chunks dropped so far)"
             )
         for action in stops:
             self.device.sink.flush()
