@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import http.server
 import json
+import ssl
 import threading
 import uuid
 
 import pytest
 from action_msgs.msg import GoalStatus
-from diagnostic_msgs.msg import DiagnosticArray
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from dialogue_graph import START_TIMEOUT_S, ask
 from rclpy.action import ActionClient
 from std_msgs.msg import String
@@ -63,19 +64,38 @@ class _KeyServer(http.server.BaseHTTPRequestHandler):
         self.wfile.write(f"data: {json.dumps(event)}\n\ndata: [DONE]\n\n".encode())
 
 
-@pytest.fixture
-def server():
+def serve(tls: ssl.SSLContext | None = None) -> http.server.ThreadingHTTPServer:
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _KeyServer)
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
     server.daemon_threads = True
     server.mode = "ok"
     server.authorizations = []
     threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    return server
+
+
+@pytest.fixture
+def server():
+    server = serve()
     yield server
     server.shutdown()
     server.server_close()
 
 
-def test_the_api_key_is_sent_but_never_logged_or_reported(ros_node, start_node, server):
+@pytest.fixture
+def https_server(tls_certificate):
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(*tls_certificate)
+    server = serve(tls)
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def start_dialogue(ros_node, start_node, url: str, **params):
+    """A dialogue node on the server at ``url`` with a fake key, once it listens; the node,
+    its converse client and its ``~/status`` and ``/diagnostics`` as they come."""
     ns = f"/t{uuid.uuid4().hex[:6]}"
     status = TopicRecorder(ros_node, String, f"{ns}/dialogue/status", LATCHED)
     diagnostics = TopicRecorder(ros_node, DiagnosticArray, "/diagnostics", 10)
@@ -84,10 +104,11 @@ def test_the_api_key_is_sent_but_never_logged_or_reported(ros_node, start_node, 
         "dialogue",
         {
             "llm.backend": "remote",
-            "llm.remote.url": f"http://127.0.0.1:{server.server_port}",
+            "llm.remote.url": url,
             "llm.remote.api_key_env": KEY_VARIABLE,
             "proactive.enabled": False,
             "speech_start_timeout_s": 0.5,
+            **params,
         },
         namespace=ns,
         env={KEY_VARIABLE: KEY},
@@ -97,6 +118,13 @@ def test_the_api_key_is_sent_but_never_logged_or_reported(ros_node, start_node, 
     states = TopicRecorder(ros_node, DialogueState, f"{ns}/dialogue_state", LATCHED)
     states.wait_until(
         lambda ms: any(m.reason == "listening" for m in ms), START_TIMEOUT_S, "dialogue active"
+    )
+    return dialogue, client, status, diagnostics, f"omniflow: {ns}/dialogue"
+
+
+def test_the_api_key_is_sent_but_never_logged_or_reported(ros_node, start_node, server):
+    dialogue, client, status, diagnostics, ours = start_dialogue(
+        ros_node, start_node, f"http://127.0.0.1:{server.server_port}"
     )
 
     outcome = ask(client, "What is this?")
@@ -114,7 +142,6 @@ def test_the_api_key_is_sent_but_never_logged_or_reported(ros_node, start_node, 
         START_TIMEOUT_S,
         "the two failed turns in ~/status",
     )
-    ours = f"omniflow: {ns}/dialogue"
     diagnostics.wait_until(
         lambda ms: any(
             s.name == ours and any(v.key == "failed" and v.value == "2" for v in s.values)
@@ -140,3 +167,39 @@ def test_the_api_key_is_sent_but_never_logged_or_reported(ros_node, start_node, 
     ]
     assert reported and not any(KEY in text for text in reported)
     assert not any(KEY in error for error in errors)
+
+
+def test_tls_verification_turned_off_is_warned_in_the_log_status_and_diagnostics(
+    ros_node, start_node, https_server
+):
+    """A self-signed server: taken only because checking was turned off, and said so."""
+    dialogue, client, status, diagnostics, ours = start_dialogue(
+        ros_node,
+        start_node,
+        f"https://127.0.0.1:{https_server.server_port}",
+        **{"llm.remote.tls_verify": False},
+    )
+    outcome = ask(client, "What is this?")
+    assert outcome.status == GoalStatus.STATUS_SUCCEEDED, outcome.result.error
+    assert set(https_server.authorizations) == {f"Bearer {KEY}"}
+
+    def warned(values: dict) -> bool:
+        return any("llm.remote.tls_verify" in w for w in values.get("security_warnings", []))
+
+    status.wait_until(
+        lambda ms: any(warned(json.loads(m.data)) for m in ms),
+        START_TIMEOUT_S,
+        "the warning in ~/status",
+    )
+    diagnostics.wait_until(
+        lambda ms: any(
+            s.name == ours and s.level == DiagnosticStatus.WARN and "not checked" in s.message
+            for m in ms
+            for s in m.status
+        ),
+        START_TIMEOUT_S,
+        "a WARN diagnostics status saying why",
+    )
+    output = dialogue.output()
+    assert "are not checked (llm.remote.tls_verify is false)" in output
+    assert KEY not in output

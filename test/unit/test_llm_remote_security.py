@@ -5,9 +5,7 @@ certificates checked by default (a self-signed server made at test time with ope
 from __future__ import annotations
 
 import http.server
-import shutil
 import ssl
-import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -67,43 +65,9 @@ def server() -> Iterator[http.server.ThreadingHTTPServer]:
     server.server_close()
 
 
-@pytest.fixture(scope="module")
-def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """A self-signed certificate for 127.0.0.1 and localhost, and its key (PEM files)."""
-    if shutil.which("openssl") is None:
-        pytest.skip("openssl is not installed (apt install openssl)")
-    folder = tmp_path_factory.mktemp("tls")
-    cert, key = folder / "cert.pem", folder / "key.pem"
-    subprocess.run(
-        [
-            "openssl",
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=omniflow test server",
-            "-addext",
-            "subjectAltName=IP:127.0.0.1,DNS:localhost",
-            "-keyout",
-            str(key),
-            "-out",
-            str(cert),
-        ],
-        check=True,
-        capture_output=True,
-    )
-    return cert, key
-
-
 @pytest.fixture
-def https_server(certificate) -> Iterator[http.server.ThreadingHTTPServer]:
-    cert, key = certificate
+def https_server(tls_certificate) -> Iterator[http.server.ThreadingHTTPServer]:
+    cert, key = tls_certificate
     tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     tls.load_cert_chain(cert, key)
     server = _serve(tls)
@@ -210,14 +174,14 @@ def test_a_self_signed_server_is_refused_by_default(https_server) -> None:
 
 
 def test_a_self_signed_server_is_taken_with_its_certificate_as_ca_bundle(
-    https_server, certificate, monkeypatch
+    https_server, tls_certificate, monkeypatch
 ) -> None:
     monkeypatch.setenv("OMNIFLOW_TEST_KEY", KEY)
     backend = make_backend(
         {
             "llm.backend": "remote",
             "llm.remote.url": _url(https_server, "https"),
-            "llm.remote.ca_bundle": str(certificate[0]),
+            "llm.remote.ca_bundle": str(tls_certificate[0]),
             "llm.remote.api_key_env": "OMNIFLOW_TEST_KEY",
         }
     )
