@@ -151,6 +151,7 @@ class SpeechStats(DeviceStats):
     stops: int = 0  # turns stopped (barge-in, cancel, a newer turn)
     skipped_phrases: int = 0  # phrases with nothing sayable
     ignored_chunks: int = 0  # stale or repeated response chunks
+    skipped_chunks: int = 0  # pieces of answers that never arrived (spoken without them)
     ended_chunks: int = 0  # chunks of turns the dialogue node had ended (e.g. heard on restart)
     ended_turns: int = 0  # turns of those chunks, not spoken
     unconfirmed_turns: int = 0  # turns spoken without a dialogue state naming them
@@ -405,6 +406,7 @@ class SpeechNode(DeviceNode):
         stops = []
         with self._lock:
             ended_turns = self._gate.counts.ended_turns
+            skipped = self._planner.counts.skipped_chunks
             passed = [c for chunk in chunks for c in self._gate.offer(chunk.turn_id, chunk, now_s)]
             passed += self._gate.poll(now_s)
             gate = self._gate.counts
@@ -424,6 +426,8 @@ class SpeechNode(DeviceNode):
             actions += self._planner.poll(now_s)
             counts = self._planner.counts
             self.stats.ignored_chunks = counts.stale_chunks + counts.duplicate_chunks
+            self.stats.skipped_chunks = counts.skipped_chunks
+            turn = self._planner.current_turn
             for action in actions:
                 if isinstance(action, Stop):
                     self._forget(action.turn_id)
@@ -434,6 +438,12 @@ class SpeechNode(DeviceNode):
                     stops.append(action)
                 else:
                     self._todo.append((self._generation, action))
+        if counts.skipped_chunks > skipped:
+            self.get_logger().warning(
+                f"turn {turn}: {counts.skipped_chunks - skipped} piece(s) of the answer never "
+                "arrived (joined after the pieces the dialogue node keeps, or lost); speaking "
+                "on without them"
+            )
         if gate.ended_turns > ended_turns:
             self.get_logger().info(
                 f"not speaking {gate.ended_turns - ended_turns} turn(s) the dialogue state says "
