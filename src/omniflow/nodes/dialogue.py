@@ -7,9 +7,7 @@ from collections.abc import Callable
 
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.executors import MultiThreadedExecutor
-from sensor_msgs.msg import Image
 
-from omniflow.core import image_codec
 from omniflow.core.dialogue import (
     DIALOGUE_PARAMS,
     Action,
@@ -24,19 +22,23 @@ from omniflow.core.dialogue import (
     UserSaid,
     Warm,
 )
-from omniflow.core.params import ParamSpec
 from omniflow.core.stats import OK, WARN
 from omniflow.core.timing import NS_PER_MS, NS_PER_S
 from omniflow.core.turn_context import TURN_PARAMS, TurnContext, trim_oldest
 from omniflow.engines.llm import LLM_PARAMS
 from omniflow.engines.model_worker import Job, ModelWorker, sees_images
-from omniflow.errors import ImageFormatError
-from omniflow.msg import Association, PowerState, Scene, SpeechState, Transcript, VoiceActivity
+from omniflow.msg import SpeechState, Transcript, VoiceActivity
 from omniflow.ros import conversions
 from omniflow.ros.converse_server import CONVERSE_PARAMS, ConverseServer
-from omniflow.ros.dialogue_io import DialogueOutputs, chosen_tokens, transcript_of
+from omniflow.ros.dialogue_io import (
+    SPEECH_NODE,
+    ContextInputs,
+    DialogueOutputs,
+    frame_rgb,
+    transcript_of,
+)
 from omniflow.ros.lifecycle import AUTOSTART, CONFIGURE_ERRORS, Diagnosis, LifecycleBase
-from omniflow.ros.qos import EVENTS, LATCHED, SENSOR_DATA
+from omniflow.ros.qos import EVENTS, LATCHED
 from omniflow.ros.run import run_node
 
 PARAMS = (
@@ -44,13 +46,7 @@ PARAMS = (
     *DIALOGUE_PARAMS,
     *TURN_PARAMS,
     *CONVERSE_PARAMS,
-    ParamSpec(
-        "speech_node",
-        "speech",
-        "The speech node (name, relative to this node's "
-        "namespace) whose ~/stop service silences playback on cancel",
-        read_only=True,
-    ),
+    SPEECH_NODE,
     AUTOSTART,
 )
 
@@ -102,7 +98,7 @@ class DialogueNode(LifecycleBase):
     """
 
     def __init__(self, **kwargs) -> None:
-        inputs = self._inputs = MutuallyExclusiveCallbackGroup()
+        inputs = MutuallyExclusiveCallbackGroup()
         super().__init__("dialogue", PARAMS, callback_group=inputs, **kwargs)
         self.stats = DialogueStats()
         self._lock = threading.RLock()  # the manager, the turns, the goals, the worker
@@ -113,20 +109,19 @@ class DialogueNode(LifecycleBase):
         )
         self._active = False
         self._finals: dict[int, Transcript] = {}  # utterance id -> final transcript
-        self._image_sub = None
         self._out = DialogueOutputs(self, self.params["speech_node"], inputs)
-        # Ready messages are taken in this order: an utterance's association (fusion
-        # publishes the one decided by the words just before the final) and the scenes come
-        # before the final transcript that starts the turn.
+        self._context_in = ContextInputs(self, self._turns, self._lock, inputs)
+        # Ready messages are taken in the order of subscription: an utterance's association
+        # (fusion publishes the one decided by the words just before the final) and the
+        # scenes come before the final transcript that starts the turn.
+        self._context_in.subscribe_camera()
         for msg_type, topic, callback, qos in (
             (VoiceActivity, "voice_activity", self._on_voice, EVENTS),
-            (Association, "associations", self._on_association, EVENTS),
-            (Scene, "scene", self._on_scene, EVENTS),
             (Transcript, "transcript", self._on_transcript, EVENTS),
             (SpeechState, "speech_state", self._on_speech, LATCHED),
-            (PowerState, "power_state", self._on_power, LATCHED),
         ):
             self.create_subscription(msg_type, topic, callback, qos, callback_group=inputs)
+        self._context_in.subscribe_power()
         self.create_timer(
             _TICK_S, lambda: self._feed(lambda m, now: m.tick(now)), callback_group=inputs
         )
@@ -155,10 +150,7 @@ class DialogueNode(LifecycleBase):
             raise
         for warning in self._worker.backend.security_warnings:
             self.get_logger().warning(warning)
-        if sees_images(self.params):  # frames cost a copy each: only for a model that sees
-            self._image_sub = self.create_subscription(
-                Image, "image_raw", self._on_image, SENSOR_DATA, callback_group=self._inputs
-            )
+        self._context_in.take_frames(sees_images(self.params))
         return loaded
 
     def activate(self) -> None:
@@ -182,9 +174,7 @@ class DialogueNode(LifecycleBase):
             self._active = False
             self._turns.clear_frames()
         self._worker.unload()
-        if self._image_sub is not None:
-            self.destroy_subscription(self._image_sub)
-            self._image_sub = None
+        self._context_in.take_frames(False)
 
     def apply_live(self, changes: dict[str, object]) -> str | None:
         try:
@@ -228,26 +218,8 @@ class DialogueNode(LifecycleBase):
                 trim_oldest(self._finals)
         self._feed(lambda m, now: m.transcript(msg.utterance_id, msg.text, msg.is_final, now))
 
-    def _on_association(self, msg: Association) -> None:
-        with self._lock:
-            self._turns.add_association(*chosen_tokens(msg))
-
-    def _on_scene(self, msg: Scene) -> None:
-        with self._lock:
-            self._turns.add_scene(
-                conversions.ns_from_time(msg.header.stamp), msg.description, msg.person_present
-            )
-
-    def _on_image(self, msg: Image) -> None:
-        with self._lock:
-            self._turns.add_frame(conversions.ns_from_time(msg.header.stamp), msg)
-
     def _on_speech(self, msg: SpeechState) -> None:
         self._feed(lambda m, now: m.speech(msg.speaking, msg.turn_id, now))
-
-    def _on_power(self, msg: PowerState) -> None:
-        with self._lock:
-            self._turns.set_power(msg.battery_percent, msg.temperature_c)
 
     def _on_proactive(self) -> None:
         with self._lock:
@@ -299,7 +271,7 @@ class DialogueNode(LifecycleBase):
             now_ns,
             vision=self._converse.use_vision(start.turn_id, self.params["vision.enabled"]),
             max_age_ns=self.params["vision.max_age_ms"] * NS_PER_MS,
-            decode=self._decode if self._image_sub is not None else None,
+            decode=(lambda msg: frame_rgb(msg, self._warn)) if self._context_in.frames else None,
         )
         self._worker.submit(
             start.turn_id,
@@ -307,14 +279,6 @@ class DialogueNode(LifecycleBase):
             conversions.ns_from_time(final.end) if final else now_ns,
             reply=start.reply,
         )
-
-    def _decode(self, msg: Image):
-        """An RGB array of a chosen frame; None (with a warning) when it does not decode."""
-        try:
-            return image_codec.convert(conversions.image_pixels(msg), msg.encoding, "rgb8")
-        except ImageFormatError as err:
-            self._warn(f"a chosen frame was not used: {err}")
-            return None
 
     # ----------------------------------------------------------------- outputs
     def _on_delta(self, job: Job, index: int, text: str) -> None:

@@ -10,8 +10,7 @@ from dataclasses import asdict
 import numpy as np
 from sensor_msgs.msg import Image
 
-from omniflow.core import fusion_events as ev
-from omniflow.core.association import Decision
+from omniflow.core.fusion_events import FusionStats
 from omniflow.core.fusion_pipeline import PIPELINE_PARAMS, FusionConfig, FusionPipeline
 from omniflow.core.resample import resample_int16
 from omniflow.core.stats import OK, WARN
@@ -19,7 +18,7 @@ from omniflow.core.timing import NS_PER_MS, SAMPLE_RATE
 from omniflow.engines.fusion_engines import ENGINE_PARAMS, fusion_engines_from_params
 from omniflow.engines.vision import VisionEncoder
 from omniflow.errors import ImageFormatError
-from omniflow.msg import Association, AudioChunk, Scene, Transcript, VoiceActivity
+from omniflow.msg import AudioChunk
 from omniflow.ros import fusion_messages as messages
 from omniflow.ros.lifecycle import AUTOSTART, Diagnosis, LifecycleBase
 from omniflow.ros.qos import EVENTS, sensor_queue
@@ -89,33 +88,17 @@ class FusionNode(LifecycleBase):
     The work itself is :class:`~omniflow.core.fusion_pipeline.FusionPipeline` (no ROS); this
     node feeds it the inputs and publishes its events.
 
-    Threads: subscription callbacks only validate and append to lock-guarded bounded buffers,
-    on a SingleThreadedExecutor; the slices (VAD, ASR, vision, association) run on their own
-    thread while active, driven by the node clock, so a slow encode never stalls the inputs.
-    Audio does not wait for its slice: the thread wakes when a chunk arrives and runs the
-    echo stage, VAD and recogniser on it at once (and publishes a START then), while vision,
-    association and the other outputs keep the slice cadence; the slice's ingest stage
-    drains whatever audio is left, so the scheduler's accounting is unchanged.
-    (A timer in its own callback group on rclpy's MultiThreadedExecutor was tried first: it
-    lost 30-70 % of the 25 Hz audio chunks at the sensor-data QoS depth of 5, even with vision
-    off; the single-threaded executor plus a slice thread loses none.)
-
-    Audio first: image intake cannot crowd out audio. The image callback validates a frame
-    without copying it (a view of the message's bytes) and keeps only the newest one; the
-    slice thread converts the frame it takes. The audio subscriptions queue
-    ``audio.queue_depth`` chunks (2 s), so a moment in which the executor cannot take them
-    (the GIL held by a decode, a frame being copied in) loses none; the image queue holds
-    two frames, so huge frames cost the few in transit, never more over time, and frames
-    over ``image.max_pixels`` are refused before anything is done with them
-    (``benchmarks/intake.py``: none of 300 chunks lost beside 640x480 at 15 fps or
-    1280x720 at 30 fps). The transport is the other half: the launch files start this
-    process with ``config/fastdds/frame_receiver.xml`` (see ``omniflow.graph``).
+    Threads and intake (docs/nodes.md, fusion; docs/design.md, "One process per node"):
+    callbacks only check inputs, without copying frames, and append to lock-guarded bounded
+    buffers on a SingleThreadedExecutor; the slices run on their own thread, woken at once by
+    each audio chunk (``audio.prompt``), so a slow encode never stalls the inputs and image
+    work never crowds out audio (``benchmarks/intake.py``).
     """
 
     def __init__(
         self, *, vision_factory: Callable[[], VisionEncoder] | None = None, **kwargs
     ) -> None:
-        self.stats = ev.FusionStats()
+        self.stats = FusionStats()
         self._vision_factory = vision_factory
         self._lock = threading.Lock()  # the input buffers and the input counters
         self._audio_in: deque[tuple[int, np.ndarray]] = deque()
@@ -127,7 +110,7 @@ class FusionNode(LifecycleBase):
         self.intake = messages.IntakeStats()
         self._audio_gaps = messages.SequenceGaps()
         self._frame_gaps = messages.SequenceGaps()
-        self._pubs: dict[type, object] = {}
+        self._events: messages.EventPublisher | None = None
         self._wake = threading.Event()  # audio arrived (or stop): the slice thread runs it
         super().__init__("fusion", PARAMS, **kwargs)
         self._check = messages.InputChecker(
@@ -208,14 +191,7 @@ class FusionNode(LifecycleBase):
                 first_utterance_id=self._next_utterance,
                 source=self,
             )
-        self._pubs = {
-            ev.TranscriptEvent: self.create_lifecycle_publisher(Transcript, "transcript", EVENTS),
-            Decision: self.create_lifecycle_publisher(Association, "associations", EVENTS),
-            ev.VoiceActivityEvent: self.create_lifecycle_publisher(
-                VoiceActivity, "voice_activity", EVENTS
-            ),
-            ev.SceneEvent: self.create_lifecycle_publisher(Scene, "scene", EVENTS),
-        }
+        self._events = messages.EventPublisher(self, EVENTS, p["vad.max_utterance_s"], _THROTTLE_S)
         report = getattr(engines.vision, "diagnostics", dict)()
         where = f", objects on {report['backend']}: {report['backend_reason']}" if report else ""
         return (
@@ -238,9 +214,9 @@ class FusionNode(LifecycleBase):
             if self._pipeline is not None:
                 self._next_utterance = self._pipeline.utterance_id + 1
             self._pipeline = None
-        for publisher in self._pubs.values():
-            self.destroy_lifecycle_publisher(publisher)
-        self._pubs = {}
+        if self._events is not None:
+            self._events.destroy()
+            self._events = None
 
     def apply_live(self, changes: dict[str, object]) -> str | None:
         pipeline = self._pipeline  # one float set: no need to wait for the slice to finish
@@ -264,7 +240,7 @@ class FusionNode(LifecycleBase):
                 break
             with self._core_lock:
                 if self._pipeline is not None:
-                    self._publish(self._pipeline.step(self.now_ns(), prompt=prompt))
+                    self._events.publish(self._pipeline.step(self.now_ns(), prompt=prompt))
 
     # The pipeline's input source (InputSource): what the callbacks buffered.
     def take_audio(self) -> list[tuple[int, np.ndarray]]:
@@ -293,26 +269,6 @@ class FusionNode(LifecycleBase):
             self._check.reject("image", str(err))
             return None
 
-    def _publish(self, events: list[ev.FusionEvent]) -> None:
-        """Each event as its message, or as a log line."""
-        logger = self.get_logger()
-        for event in events:
-            if isinstance(event, ev.StageError):
-                logger.error(
-                    f"{event.stage} stage failed: {type(event.error).__name__}: {event.error}",
-                    throttle_duration_sec=_THROTTLE_S,
-                )
-            elif isinstance(event, ev.RingWarning):
-                logger.warning(event.message, throttle_duration_sec=_THROTTLE_S)
-            else:
-                self._pubs[type(event)].publish(_MESSAGES[type(event)](event))
-            if isinstance(event, ev.VoiceActivityEvent) and event.cut:
-                logger.warning(
-                    f"speech lasted over {self.params['vad.max_utterance_s']:g} s: "
-                    "transcript finalised and the VAD reset",
-                    throttle_duration_sec=_THROTTLE_S,
-                )
-
     # ----------------------------------------------------------------- reporting
     def summary(self) -> dict[str, object]:
         pipeline = self._pipeline
@@ -339,14 +295,6 @@ class FusionNode(LifecycleBase):
         )
         level = WARN if errors or self.state_text != "active" else OK
         return Diagnosis(level, self.state_text, "fusion", values)
-
-
-_MESSAGES = {
-    ev.TranscriptEvent: messages.transcript_msg,
-    Decision: messages.association_msg,
-    ev.VoiceActivityEvent: messages.voice_activity_msg,
-    ev.SceneEvent: messages.scene_msg,
-}
 
 
 def main(args: list[str] | None = None) -> int:

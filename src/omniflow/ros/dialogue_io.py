@@ -2,16 +2,47 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import numpy as np
 from rclpy.callback_groups import CallbackGroup
 from rclpy.node import Node
+from sensor_msgs.msg import Image
 from std_srvs.srv import Trigger
 
+from omniflow.core import image_codec
 from omniflow.core.dialogue import StateChanged, UserSaid
-from omniflow.msg import Association, DialogueState, ResponseChunk, Transcript
+from omniflow.core.params import ParamSpec
+from omniflow.core.turn_context import TurnContext
+from omniflow.errors import ImageFormatError
+from omniflow.msg import (
+    Association,
+    DialogueState,
+    PowerState,
+    ResponseChunk,
+    Scene,
+    Transcript,
+)
 from omniflow.ros import conversions
-from omniflow.ros.qos import DIALOGUE_STATE, EVENTS, RESPONSE
+from omniflow.ros.qos import DIALOGUE_STATE, EVENTS, LATCHED, RESPONSE, SENSOR_DATA
 
-__all__ = ["DialogueOutputs", "chosen_tokens", "transcript_of", "user_said"]
+__all__ = [
+    "SPEECH_NODE",
+    "ContextInputs",
+    "DialogueOutputs",
+    "chosen_tokens",
+    "frame_rgb",
+    "transcript_of",
+    "user_said",
+]
+
+SPEECH_NODE = ParamSpec(
+    "speech_node",
+    "speech",
+    "The speech node (name, relative to this node's "
+    "namespace) whose ~/stop service silences playback on cancel",
+    read_only=True,
+)
 
 
 def transcript_of(text: str, stamp_ns: int) -> Transcript:
@@ -54,6 +85,66 @@ def chosen_tokens(msg: Association) -> tuple[int, list[tuple[int, str]], int]:
         [(conversions.ns_from_time(c.stamp), c.summary) for c in msg.candidates if c.chosen],
         int(msg.utterance_id),
     )
+
+
+def frame_rgb(msg: Image, warn: Callable[[str], None]) -> np.ndarray | None:
+    """An RGB array of a frame the turn chose; None (with a warning) when it does not decode."""
+    try:
+        return image_codec.convert(conversions.image_pixels(msg), msg.encoding, "rgb8")
+    except ImageFormatError as err:
+        warn(f"a chosen frame was not used: {err}")
+        return None
+
+
+class ContextInputs:
+    """The subscriptions that only add to the turn context, under the node's lock: what the
+    camera saw (``associations``, ``scene``), the power facts (``power_state``), and the
+    frames themselves (``image_raw``) while a model that sees images is loaded."""
+
+    def __init__(self, node: Node, turns: TurnContext, lock, group: CallbackGroup) -> None:
+        self._node, self._turns, self._lock, self._group = node, turns, lock, group
+        self._frames = None
+
+    def subscribe_camera(self) -> None:
+        self._subscribe(Association, "associations", self._on_association, EVENTS)
+        self._subscribe(Scene, "scene", self._on_scene, EVENTS)
+
+    def subscribe_power(self) -> None:
+        self._subscribe(PowerState, "power_state", self._on_power, LATCHED)
+
+    def take_frames(self, on: bool) -> None:
+        """Subscribe to the frames (each costs a copy: only for a model that sees) or stop."""
+        if on and self._frames is None:
+            self._frames = self._subscribe(Image, "image_raw", self._on_image, SENSOR_DATA)
+        elif not on and self._frames is not None:
+            self._node.destroy_subscription(self._frames)
+            self._frames = None
+
+    @property
+    def frames(self) -> bool:
+        return self._frames is not None
+
+    def _subscribe(self, msg_type, topic: str, callback, qos):
+        return self._node.create_subscription(
+            msg_type, topic, callback, qos, callback_group=self._group
+        )
+
+    def _on_association(self, msg: Association) -> None:
+        with self._lock:
+            self._turns.add_association(*chosen_tokens(msg))
+
+    def _on_scene(self, msg: Scene) -> None:
+        stamp_ns = conversions.ns_from_time(msg.header.stamp)
+        with self._lock:
+            self._turns.add_scene(stamp_ns, msg.description, msg.person_present)
+
+    def _on_image(self, msg: Image) -> None:
+        with self._lock:
+            self._turns.add_frame(conversions.ns_from_time(msg.header.stamp), msg)
+
+    def _on_power(self, msg: PowerState) -> None:
+        with self._lock:
+            self._turns.set_power(msg.battery_percent, msg.temperature_c)
 
 
 class DialogueOutputs:

@@ -26,8 +26,11 @@ from omniflow.core import audio_format, image_codec
 from omniflow.core.association import Decision, VisionPayload
 from omniflow.core.association import TokenRef as CoreTokenRef
 from omniflow.core.fusion_events import (
+    FusionEvent,
     FusionStats,
+    RingWarning,
     SceneEvent,
+    StageError,
     TranscriptEvent,
     VoiceActivityEvent,
 )
@@ -358,3 +361,53 @@ def association_msg(decision: Decision) -> Association:
         utterance_id=int(decision.utterance_id),
         query=decision.query,
     )
+
+
+# Each event the pipeline emits: its message type, topic and builder.
+_OUTPUTS = {
+    TranscriptEvent: (Transcript, "transcript", transcript_msg),
+    Decision: (Association, "associations", association_msg),
+    VoiceActivityEvent: (VoiceActivity, "voice_activity", voice_activity_msg),
+    SceneEvent: (Scene, "scene", scene_msg),
+}
+
+
+class EventPublisher:
+    """The fusion node's outputs: one lifecycle publisher per event type, created on
+    configure and destroyed on cleanup; stage errors and ring warnings become throttled log
+    lines."""
+
+    def __init__(self, node, qos, max_utterance_s: float, throttle_s: float) -> None:
+        self._node = node
+        self._logger = node.get_logger()
+        self._max_utterance_s = max_utterance_s
+        self._throttle_s = throttle_s
+        self._pubs = {
+            event_type: (node.create_lifecycle_publisher(msg_type, topic, qos), build)
+            for event_type, (msg_type, topic, build) in _OUTPUTS.items()
+        }
+
+    def publish(self, events: list[FusionEvent]) -> None:
+        """Each event as its message, or as a log line."""
+        for event in events:
+            if isinstance(event, StageError):
+                self._logger.error(
+                    f"{event.stage} stage failed: {type(event.error).__name__}: {event.error}",
+                    throttle_duration_sec=self._throttle_s,
+                )
+            elif isinstance(event, RingWarning):
+                self._logger.warning(event.message, throttle_duration_sec=self._throttle_s)
+            else:
+                publisher, build = self._pubs[type(event)]
+                publisher.publish(build(event))
+            if isinstance(event, VoiceActivityEvent) and event.cut:
+                self._logger.warning(
+                    f"speech lasted over {self._max_utterance_s:g} s: "
+                    "transcript finalised and the VAD reset",
+                    throttle_duration_sec=self._throttle_s,
+                )
+
+    def destroy(self) -> None:
+        for publisher, _ in self._pubs.values():
+            self._node.destroy_lifecycle_publisher(publisher)
+        self._pubs = {}
