@@ -121,7 +121,7 @@ def bench_node(turns: int) -> dict[str, dict]:
     from omniflow.msg import AudioChunk, DialogueState, ResponseChunk, SpeechState
     from omniflow.ros.conversions import header, ns_from_time
     from omniflow.ros.monitor import TopicRecorder, spinning, wait_for_publishers
-    from omniflow.ros.qos import EVENTS, LATCHED, SENSOR_DATA
+    from omniflow.ros.qos import LATCHED, RESPONSE, SENSOR_DATA
 
     ns = f"/bench{os.getpid()}"
     process = NodeProcess(
@@ -130,7 +130,7 @@ def bench_node(turns: int) -> dict[str, dict]:
     context = rclpy.Context()
     rclpy.init(context=context)
     node = rclpy.create_node("speech_bench", context=context)
-    response = node.create_publisher(ResponseChunk, f"{ns}/response", EVENTS)
+    response = node.create_publisher(ResponseChunk, f"{ns}/response", RESPONSE)
     dialogue = node.create_publisher(DialogueState, f"{ns}/dialogue_state", LATCHED)
     states = TopicRecorder(node, SpeechState, f"{ns}/speech_state", LATCHED)
     played = TopicRecorder(node, AudioChunk, f"{ns}/played_audio", SENSOR_DATA)
@@ -138,6 +138,12 @@ def bench_node(turns: int) -> dict[str, dict]:
 
     def publish(index: int, text: str, final: bool, turn_id: int) -> int:
         stamp = time.time_ns()
+        if index == 0:  # as the dialogue node does: the turn's state first
+            dialogue.publish(
+                DialogueState(
+                    header=header(stamp, ""), state=DialogueState.THINKING, turn_id=turn_id
+                )
+            )
         response.publish(
             ResponseChunk(
                 header=header(stamp, ""),

@@ -376,13 +376,14 @@ def _offered_qos(name: str):
         QosTime,
     )
 
-    from omniflow.graph import EVENTS, LATCHED, SENSOR_DATA, TOPICS, graph_topic_name
+    from omniflow.graph import EVENTS, KEPT_EVENTS, LATCHED, SENSOR_DATA, TOPICS, graph_topic_name
 
     kind = next((s.qos for s in TOPICS if s.name == graph_topic_name(name)), EVENTS)
     reliability, durability, depth = {
         SENSOR_DATA: (QosReliability.BEST_EFFORT, QosDurability.VOLATILE, 5),
         LATCHED: (QosReliability.RELIABLE, QosDurability.TRANSIENT_LOCAL, 1),
         EVENTS: (QosReliability.RELIABLE, QosDurability.VOLATILE, 50),
+        KEPT_EVENTS: (QosReliability.RELIABLE, QosDurability.TRANSIENT_LOCAL, 50),
     }[kind]
     unset = QosTime(0, 0)
     return Qos(

@@ -41,6 +41,8 @@ DDS_PROFILE_VARIABLE = "FASTRTPS_DEFAULT_PROFILES_FILE"
 
 # QoS kinds of omniflow.ros.qos, by name (this module stays free of rclpy).
 SENSOR_DATA, LATCHED, EVENTS = "sensor_data", "latched", "events"
+# Events whose publisher keeps its recent ones for readers that join late (the answer).
+KEPT_EVENTS = "kept_events"
 
 
 @dataclass(frozen=True)
@@ -105,9 +107,10 @@ TOPICS = (
     TopicSpec(
         "response",
         "omniflow/msg/ResponseChunk",
-        EVENTS,
+        KEPT_EVENTS,
         "dialogue",
-        "the answer, streamed piece by piece",
+        "the answer, streamed piece by piece; a speech node that joins late hears the turn "
+        "in progress from its first piece",
     ),
     TopicSpec(
         "dialogue_state",
@@ -500,6 +503,7 @@ _QOS_TEXT = {
     SENSOR_DATA: "sensor data (best effort, last 5)",
     LATCHED: "latched (reliable, transient local, depth 1)",
     EVENTS: "events (reliable, last 50)",
+    KEPT_EVENTS: "kept events (reliable, transient local, last 50)",
 }
 
 

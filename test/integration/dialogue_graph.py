@@ -149,3 +149,10 @@ def wait_future(future, timeout: float):
         assert time.monotonic() < deadline, "no answer from the action server"
         time.sleep(0.02)
     return future.result()
+
+
+def ask(client: ActionClient, text: str):
+    """Send a converse goal and wait for its result."""
+    handle = wait_future(client.send_goal_async(Converse.Goal(prompt=text)), 30)
+    assert handle.accepted
+    return wait_future(handle.get_result_async(), 60)

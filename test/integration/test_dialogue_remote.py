@@ -22,7 +22,7 @@ import uuid
 import numpy as np
 import pytest
 from action_msgs.msg import GoalStatus
-from dialogue_graph import START_TIMEOUT_S, wait_future
+from dialogue_graph import START_TIMEOUT_S, ask
 from PIL import Image as PilImage
 from rclpy.action import ActionClient
 from sensor_msgs.msg import Image
@@ -134,13 +134,6 @@ def start_conversing(ros_node, start_node, server):
         lambda ms: any(m.reason == "listening" for m in ms), START_TIMEOUT_S, "dialogue active"
     )
     return dialogue, client
-
-
-def ask(client: ActionClient, text: str):
-    """Send a converse goal and wait for its result."""
-    handle = wait_future(client.send_goal_async(Converse.Goal(prompt=text)), 30)
-    assert handle.accepted
-    return wait_future(handle.get_result_async(), 60)
 
 
 def test_the_chosen_frame_and_its_words_reach_the_model(ros_node, start_node, server):

@@ -13,7 +13,7 @@ from std_srvs.srv import Trigger
 from omniflow.msg import AudioChunk, DialogueState, ResponseChunk, SpeechState
 from omniflow.ros.conversions import audio_samples, header, ns_from_time
 from omniflow.ros.monitor import TopicRecorder, wait_for_publishers
-from omniflow.ros.qos import EVENTS, LATCHED, SENSOR_DATA
+from omniflow.ros.qos import LATCHED, RESPONSE, SENSOR_DATA
 from ros_helpers import call, topic
 
 MODULE = "omniflow.nodes.speech"
@@ -29,7 +29,7 @@ class Conversation:
 
     def __init__(self, node, process):
         self.node = node
-        self.response = node.create_publisher(ResponseChunk, topic(process, "response"), EVENTS)
+        self.response = node.create_publisher(ResponseChunk, topic(process, "response"), RESPONSE)
         self.dialogue = node.create_publisher(
             DialogueState, topic(process, "dialogue_state"), LATCHED
         )
@@ -43,7 +43,16 @@ class Conversation:
         self.states.wait_for(1, timeout=10)  # the latched idle state: the node is active
 
     def say(self, turn_id: int, text: str, token_interval_s: float = 0.0) -> int:
-        """Stream ``text`` word by word as one turn; returns the first token's stamp (ns)."""
+        """Stream ``text`` word by word as one turn, after the THINKING state that starts it;
+        returns the first token's stamp (ns)."""
+        self.dialogue.publish(
+            DialogueState(
+                header=header(time.time_ns(), ""),
+                state=DialogueState.THINKING,
+                turn_id=turn_id,
+                reason="a question",
+            )
+        )
         words = text.split(" ")
         first_ns = None
         for index, word in enumerate(words):

@@ -188,8 +188,14 @@ def test_an_answer_nobody_plays_times_out():
     dm.generated(turn, 1.5)
     assert dm.tick(3.0) == []
     actions = dm.tick(3.5)
-    assert of(actions, TurnEnded)[0].outcome == "done"
+    (ended,) = of(actions, TurnEnded)
+    assert ended.outcome == "unplayed"
+    assert "not played" in ended.reason and "speech_start_timeout_s" in ended.reason
     assert states(actions) == [State.LISTENING]
+    stats = DialogueStats()
+    for action in actions:
+        stats.record(action)
+    assert stats.unplayed == 1 and stats.turns_done == 0
 
 
 def test_a_speech_node_lost_while_playing_ends_the_turn_with_the_reason():

@@ -148,10 +148,16 @@ def test_a_missing_params_file_is_a_config_error(tmp_path):
 def test_topics_are_unique_and_published_by_graph_nodes_or_nodes_to_come():
     names = [t.name for t in TOPICS]
     assert len(names) == len(set(names))
-    assert {t.qos for t in TOPICS} <= {graph.SENSOR_DATA, graph.LATCHED, graph.EVENTS}
+    assert {t.qos for t in TOPICS} <= {
+        graph.SENSOR_DATA,
+        graph.LATCHED,
+        graph.EVENTS,
+        graph.KEPT_EVENTS,
+    }
     publishers = {t.publisher for t in TOPICS}
     assert set(GRAPH_NODES) <= publishers | {"speech"}
     assert graph.topic("dialogue_state").qos == graph.LATCHED
+    assert graph.topic("response").qos == graph.KEPT_EVENTS  # for a speech node that joins late
     with pytest.raises(ConfigError, match="audio, image_raw"):
         graph.topic("nope")
 

@@ -12,6 +12,7 @@ import urllib.request
 from collections.abc import Iterator
 
 import pytest
+from loopback_http import ModeHandler, serve
 from tiny_gguf import write_tiny_gguf
 
 from omniflow.core.prompt import Prompt, Turn
@@ -119,20 +120,10 @@ def test_cancel_closes_the_stream(server_url: str) -> None:
     assert list(backend.generate(PROMPT, cancel=threading.Event()))
 
 
-class _BadHandler(http.server.BaseHTTPRequestHandler):
+class _BadHandler(ModeHandler):
     """Answers every request the way ``self.server.mode`` says."""
 
-    def log_message(self, *args) -> None:  # keep the test output clean
-        pass
-
-    def do_GET(self) -> None:
-        self._answer()
-
-    def do_POST(self) -> None:
-        self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        self._answer()
-
-    def _answer(self) -> None:
+    def answer(self) -> None:
         mode = self.server.mode
         if mode == "hang":
             self.server.release.wait(30)
@@ -156,12 +147,8 @@ class _BadHandler(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def bad_server() -> Iterator[http.server.ThreadingHTTPServer]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _BadHandler)
-    server.daemon_threads = True
-    server.mode = "garbage"
+    server = serve(_BadHandler, "garbage")
     server.release = threading.Event()
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
     yield server
     server.release.set()
     server.shutdown()

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from omniflow.core.dialogue import State
 from omniflow.core.phrases import PhraseChunker
-from omniflow.core.speech_turns import Speak, SpeechPlanner, Stop, TurnDone
+from omniflow.core.speech_turns import Speak, SpeechPlanner, Stop, TurnDone, TurnGate
 
 
 def planner(**kwargs) -> SpeechPlanner:
@@ -150,3 +151,79 @@ def test_a_restarted_source_reuses_turn_ids_that_were_closed():
     assert stream(plan, 1, "New answer.") == []  # the old source's turn 1: stale
     plan.source_restarted()
     assert spoken(stream(plan, 1, "New answer.")) == ["New answer."]
+
+
+# ----------------------------------------------------------------- the turn gate
+
+
+def test_the_turn_in_progress_passes_from_the_history_and_ended_turns_do_not():
+    """A speech node (re)starting mid-answer: the kept chunks of the ended turn 4 and of
+    turn 5, which the dialogue node is still speaking, arrive with its latched state."""
+    gate = TurnGate(wait_s=0.5)
+    gate.dialogue(State.SPEAKING, 5)
+    history = [(4, "4:0"), (4, "4:1"), (5, "5:0"), (5, "5:1")]
+    passed = [c for turn, c in history for c in gate.offer(turn, c, 0.0)]
+    assert passed == ["5:0", "5:1"]
+    assert (gate.counts.ended_chunks, gate.counts.ended_turns) == (2, 1)
+    assert gate.offer(5, "5:2", 0.1) == ["5:2"]  # later chunks at once
+    gate.dialogue(State.LISTENING, 5)
+    assert gate.offer(5, "5:3", 0.2) == ["5:3"]  # a turn let through stays let through
+
+
+@pytest.mark.parametrize("state", [State.LISTENING, State.USER_SPEAKING, State.INTERRUPTED])
+def test_the_answer_of_a_turn_that_is_over_is_never_spoken(state: State):
+    gate = TurnGate(wait_s=0.5)
+    gate.dialogue(state, 3)
+    assert gate.offer(3, "3:0", 0.0) == [] and gate.offer(2, "2:0", 0.0) == []
+    assert gate.poll(10.0) == [] and gate.waiting == 0
+    assert gate.counts.ended_turns == 2
+
+
+def test_chunks_that_come_before_their_state_wait_for_it():
+    gate = TurnGate(wait_s=0.5)
+    assert gate.offer(1, "1:0", 0.0) == []  # no state yet
+    assert gate.waiting == 1
+    gate.dialogue(State.LISTENING, 1)  # turn 1 is over: dropped, never spoken
+    assert gate.poll(0.01) == [] and gate.counts.ended_chunks == 1
+    assert gate.offer(2, "2:0", 0.02) == []  # newer than the state: waits
+    assert gate.offer(2, "2:1", 0.03) == []
+    gate.dialogue(State.THINKING, 2)
+    assert gate.poll(0.04) == ["2:0", "2:1"]
+    assert gate.counts.unconfirmed_turns == 0
+
+
+def test_without_a_dialogue_node_a_turn_goes_after_the_wait_and_then_flows():
+    gate = TurnGate(wait_s=0.5)
+    assert gate.offer(7, "7:0", 0.0) == []
+    assert gate.offer(7, "7:1", 0.2) == []
+    assert gate.poll(0.49) == []
+    assert gate.poll(0.5) == ["7:0", "7:1"]
+    assert gate.offer(7, "7:2", 0.6) == ["7:2"]
+    assert gate.counts.unconfirmed_turns == 1
+
+
+def test_a_restarted_dialogue_node_counts_turns_from_one_again():
+    gate = TurnGate(wait_s=0.5)
+    gate.dialogue(State.SPEAKING, 9)
+    assert gate.offer(9, "9:0", 0.0) == ["9:0"]
+    gate.dialogue(State.LISTENING, 0)  # the new dialogue node's first state
+    gate.dialogue(State.THINKING, 1)
+    assert gate.offer(1, "1:0", 1.0) == ["1:0"]
+
+
+def test_an_unknown_state_value_changes_nothing():
+    gate = TurnGate(wait_s=0.5)
+    gate.dialogue(State.SPEAKING, 2)
+    assert gate.dialogue(42, 1) is False
+    assert gate.offer(2, "2:0", 0.0) == ["2:0"]
+    with pytest.raises(ValueError):
+        TurnGate(wait_s=-1)
+
+
+def test_a_respawned_dialogue_node_numbers_its_turns_from_one_again():
+    gate = TurnGate(wait_s=0.5)
+    gate.dialogue(State.SPEAKING, 7)
+    assert gate.offer(7, "7:0", 0.0) == ["7:0"]
+    gate.source_restarted()
+    gate.dialogue(State.THINKING, 1)  # the new node's latched state
+    assert gate.offer(1, "1:0", 1.0) == ["1:0"]

@@ -87,7 +87,9 @@ DIALOGUE_PARAMS = (
         "speech_start_timeout_s",
         3.0,
         "A complete answer that the speech node has not "
-        "started playing after this long ends the turn (no speech node, or a muted one)",
+        "started playing after this long ends the turn as not played (no speech node, or a "
+        "muted one; counted as unplayed, with a warning); a speech node that starts within "
+        "it still speaks the answer from its first piece",
         unit="s",
         minimum=0.5,
         maximum=60.0,
@@ -155,7 +157,7 @@ class CancelReason(Enum):
 
 
 Source = Literal["speech", "goal", "proactive"]
-Outcome = Literal["done", "interrupted", "cancelled", "failed", "empty"]
+Outcome = Literal["done", "unplayed", "interrupted", "cancelled", "failed", "empty"]
 
 
 @dataclass(frozen=True)
@@ -588,8 +590,9 @@ class DialogueManager:
         )
 
     def tick(self, now: float) -> list[Action]:
-        """Time-outs: an answer nobody started playing ends after ``speech_start_timeout_s``;
-        an utterance nothing more is heard of is given up after ``user_turn_timeout_s``."""
+        """Time-outs: an answer nobody started playing ends after ``speech_start_timeout_s``
+        (outcome ``unplayed``: the answer was lost, and says so); an utterance nothing more is
+        heard of is given up after ``user_turn_timeout_s``."""
         if (
             self.state in (State.USER_SPEAKING, State.INTERRUPTED)
             and now - self._heard_at >= self.user_turn_timeout_s
@@ -611,8 +614,9 @@ class DialogueManager:
             and now - turn.done_at >= self.speech_start_timeout_s
         ):
             return self._end_turn(
-                "done",
-                "the answer was not played (no speech output)",
+                "unplayed",
+                f"the answer was not played: no speech node started it within "
+                f"{self.speech_start_timeout_s:g} s (speech_start_timeout_s)",
                 now,
                 stop_speech=False,
                 then=State.LISTENING,
@@ -684,6 +688,7 @@ _OUTCOME_COUNTERS = {
     "cancelled": "cancelled",
     "interrupted": "cancelled",
     "failed": "failed",
+    "unplayed": "unplayed",
 }
 
 
@@ -696,6 +701,7 @@ class DialogueStats:
     barge_ins: int = 0
     cancelled: int = 0
     failed: int = 0
+    unplayed: int = 0  # answers no speech node played (lost: none was there in time)
     proactive: int = 0
     last_error: str = ""
 

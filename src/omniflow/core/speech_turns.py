@@ -20,6 +20,14 @@ Ordering rules, for a robot whose dialogue manager may restart or resend:
 - when the dialogue node goes away in the middle of a turn (:meth:`SpeechPlanner.source_lost`)
   what the turn holds is spoken and the turn ends; when a new one is back
   (:meth:`SpeechPlanner.source_restarted`) the turn ids it reuses are no longer stale.
+
+Before the planner, a :class:`TurnGate` keeps out the answers of turns that are over. The
+``response`` topic keeps its recent chunks for late joiners (transient local), so a speech node
+that starts after an answer began, or restarts in the middle of one, still hears it from its
+first piece; the same history also holds answers that already ended, which must not be spoken
+again. The dialogue node's latched state says which turn is in progress (THINKING or SPEAKING
+turn N): chunks of that turn, or of a newer one, pass; chunks of older or ended turns are
+dropped and counted.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from omniflow.core.dialogue import State
 from omniflow.core.phrases import Phrase, PhraseChunker
 
 # How many stopped or finished turn ids are remembered to recognise late chunks.
@@ -58,6 +67,9 @@ class TurnDone:
 
 
 Action = Speak | Stop | TurnDone
+
+# The dialogue states in which the state's turn is being generated or spoken.
+_IN_PROGRESS = (State.THINKING, State.SPEAKING)
 
 
 @dataclass
@@ -190,3 +202,99 @@ class SpeechPlanner:
 
     def _speak(self, phrases: list[Phrase]) -> list[Action]:
         return [Speak(self._turn, phrase) for phrase in phrases]
+
+
+@dataclass
+class GateCounts:
+    """What the gate dropped or let through without the dialogue's word, for diagnostics."""
+
+    ended_chunks: int = 0  # chunks of turns the dialogue node had ended (history, stragglers)
+    ended_turns: int = 0  # turns of those chunks
+    unconfirmed_turns: int = 0  # turns let through after waiting for the dialogue state
+
+
+class TurnGate:
+    """Passes the response chunks of the turn in progress, drops those of turns that are over.
+
+    :meth:`dialogue` takes each dialogue state (state, turn id); :meth:`offer` each chunk
+    (its turn id and the chunk itself) and returns the chunks that may go on, in the order
+    they came. A chunk of the state's turn while it is THINKING or SPEAKING passes; a chunk
+    of an older turn, or of the state's turn once it is over (listening, interrupted, the
+    user speaking), is dropped. A chunk of a newer turn than the state's, or any chunk before
+    a state is known, waits: the state that names its turn usually comes within milliseconds
+    (it is published before the turn's first chunk, on another topic). After ``wait_s``
+    without it (a publisher without a dialogue node, such as ``ros2 topic pub``) the turn
+    is let through, and the rest of its chunks pass at once. :meth:`poll` releases what
+    waited long enough, or what a new state decided.
+    """
+
+    def __init__(self, wait_s: float) -> None:
+        if wait_s < 0:
+            raise ValueError("wait_s must be >= 0")
+        self._wait_s = wait_s
+        self._state: tuple[State, int] | None = None
+        self._waiting: deque[tuple[int, object, float]] = deque()  # (turn, chunk, arrived)
+        self._let_through: int | None = None  # the newest turn let through
+        self._ended: deque[int] = deque(maxlen=_REMEMBERED_TURNS)  # turns dropped
+        self.counts = GateCounts()
+
+    def dialogue(self, state: int, turn_id: int) -> bool:
+        """The dialogue node's latest state (call :meth:`poll` to release what it decides);
+        False, and nothing changes, for a state value that does not exist."""
+        try:
+            self._state = (State(state), turn_id)
+        except ValueError:
+            return False
+        return True
+
+    def offer(self, turn_id: int, chunk: object, now_s: float) -> list[object]:
+        """One chunk as it arrived; the chunks that may go on now."""
+        self._waiting.append((turn_id, chunk, now_s))
+        return self.poll(now_s)
+
+    def poll(self, now_s: float) -> list[object]:
+        """The waiting chunks that may go on now (each turn's chunks keep their order)."""
+        ready: list[object] = []
+        kept: deque[tuple[int, object, float]] = deque()
+        for turn_id, chunk, arrived in self._waiting:
+            verdict = self._verdict(turn_id, now_s - arrived)
+            if verdict is True:
+                ready.append(chunk)
+            elif verdict is False:
+                self.counts.ended_chunks += 1
+                if turn_id not in self._ended:
+                    self._ended.append(turn_id)
+                    self.counts.ended_turns += 1
+            else:
+                kept.append((turn_id, chunk, arrived))
+        self._waiting = kept
+        return ready
+
+    def source_restarted(self) -> None:
+        """A respawned dialogue node numbers its turns from 1 again: forget the turns of the
+        old one (its latched state comes next)."""
+        self._state = None
+        self._let_through = None
+        self._ended.clear()
+
+    @property
+    def waiting(self) -> int:
+        """Chunks waiting for the dialogue state."""
+        return len(self._waiting)
+
+    def _verdict(self, turn_id: int, waited_s: float) -> bool | None:
+        """True: pass; False: drop (the turn is over); None: wait for the state."""
+        if turn_id == self._let_through:
+            return True
+        if self._state is not None:
+            state, current = self._state
+            if turn_id < current or (turn_id == current and state not in _IN_PROGRESS):
+                return False
+            if turn_id == current:
+                self._let_through = turn_id
+                return True
+        if waited_s >= self._wait_s:
+            self.counts.unconfirmed_turns += 1
+            self._let_through = turn_id
+            return True
+        return None

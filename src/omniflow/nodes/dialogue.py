@@ -77,9 +77,9 @@ class DialogueNode(LifecycleBase):
             association chose go to the model.
             ``power_state`` (omniflow/msg/PowerState, latched): facts for proactive rules.
         publishes:
-            ``response`` (omniflow/msg/ResponseChunk, reliable, keep last 50): the answer as it
-            decodes, one chunk per piece, then an empty ``is_final`` chunk (not for a
-            cancelled turn).
+            ``response`` (omniflow/msg/ResponseChunk, reliable, transient local, keep last 50):
+            the answer as it decodes, one chunk per piece, then an empty ``is_final`` chunk
+            (not for a cancelled turn); kept for a speech node that joins late.
             ``dialogue_state`` (omniflow/msg/DialogueState, latched): every state change with
             its reason; INTERRUPTED stops the speech node.
             ``user_said`` (omniflow/msg/Transcript, reliable): each utterance that starts a
@@ -154,6 +154,8 @@ class DialogueNode(LifecycleBase):
         except CONFIGURE_ERRORS as err:
             self.stats.last_error = str(err)
             raise
+        for warning in self._worker.backend.security_warnings:
+            self.get_logger().warning(warning)
         self._context_in.take_frames(sees_images(self.params))
         return loaded
 
@@ -272,6 +274,8 @@ class DialogueNode(LifecycleBase):
                     self._turns.end_turn(action, self.now_ns(), self.params["history.max_turns"])
                     if action.outcome == "failed":
                         self.get_logger().error(f"turn {action.turn_id} failed: {action.reason}")
+                    elif action.outcome == "unplayed":
+                        self.get_logger().warning(f"turn {action.turn_id}: {action.reason}")
                     self._converse.turn_ended(action)
 
     def _start_turn(self, start: StartTurn) -> None:
@@ -312,6 +316,7 @@ class DialogueNode(LifecycleBase):
                 "dialogue": self._manager.state.name,
                 "turn_id": self._manager.turn_id,
                 "backend": backend.name if backend else "",
+                "security_warnings": list(backend.security_warnings) if backend else [],
                 "history_turns": len(self._turns.history),
                 "proactive_rules": len(self._turns.policy.rules),
                 "chunks": self._out.chunks,
@@ -323,8 +328,15 @@ class DialogueNode(LifecycleBase):
 
     def diagnosis(self) -> Diagnosis:
         values = self.summary()
-        level = OK if self.state_text == "active" and not values["failed"] else WARN
-        return Diagnosis(level, self.state_text, values["backend"] or "dialogue", values)
+        level = (
+            OK
+            if self.state_text == "active"
+            and not values["failed"]
+            and not values["security_warnings"]
+            else WARN
+        )
+        message = "; ".join([self.state_text, *values["security_warnings"]])
+        return Diagnosis(level, message, values["backend"] or "dialogue", values)
 
 
 def main(args: list[str] | None = None) -> int:

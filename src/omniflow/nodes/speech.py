@@ -13,7 +13,7 @@ from std_srvs.srv import Trigger
 from omniflow.core.params import ParamSpec
 from omniflow.core.phrases import PhraseChunker
 from omniflow.core.resample import StreamResampler, float_to_int16, int16_to_float
-from omniflow.core.speech_turns import Speak, SpeechPlanner, Stop, TurnDone
+from omniflow.core.speech_turns import Speak, SpeechPlanner, Stop, TurnDone, TurnGate
 from omniflow.core.stats import DeviceStats
 from omniflow.core.timing import NS_PER_MS, SAMPLE_RATE
 from omniflow.devices.playback import AudioSink, open_audio_sink
@@ -22,7 +22,7 @@ from omniflow.msg import AudioChunk, DialogueState, ResponseChunk, SpeechState
 from omniflow.ros import conversions
 from omniflow.ros.device_node import DeviceNode
 from omniflow.ros.liveliness import LivelinessWatch
-from omniflow.ros.qos import EVENTS, LATCHED, LEASED_STATE, SENSOR_DATA
+from omniflow.ros.qos import LATCHED, LEASED_STATE, RESPONSE, SENSOR_DATA
 from omniflow.ros.run import run_node
 
 PARAMS = (
@@ -75,6 +75,16 @@ PARAMS = (
         unit="ms",
         minimum=200,
         maximum=30000,
+    ),
+    ParamSpec(
+        "dialogue_wait_ms",
+        500,
+        "How long a response chunk waits for the dialogue state that says whether its turn "
+        "is still in progress (it comes first, within milliseconds, from a dialogue node); "
+        "then the turn is spoken (a publisher without a dialogue node)",
+        unit="ms",
+        minimum=0,
+        maximum=10000,
     ),
     ParamSpec(
         "chunker.first_min_words",
@@ -141,6 +151,10 @@ class SpeechStats(DeviceStats):
     stops: int = 0  # turns stopped (barge-in, cancel, a newer turn)
     skipped_phrases: int = 0  # phrases with nothing sayable
     ignored_chunks: int = 0  # stale or repeated response chunks
+    skipped_chunks: int = 0  # pieces of answers that never arrived (spoken without them)
+    ended_chunks: int = 0  # chunks of turns the dialogue node had ended (e.g. heard on restart)
+    ended_turns: int = 0  # turns of those chunks, not spoken
+    unconfirmed_turns: int = 0  # turns spoken without a dialogue state naming them
     dialogue_lost: int = 0  # times the dialogue node went silent (gone, or cut off by the network)
     first_audio_ms: float = float("nan")  # last turn: first token stamp -> first sample out
 
@@ -177,10 +191,15 @@ class SpeechNode(DeviceNode):
     ROS contract:
         node name: ``speech`` (lifecycle; autostarts unless ``autostart:=false``)
         subscribes:
-            ``response`` (omniflow/msg/ResponseChunk, reliable, keep last 50): the streamed
-            answer; a newer turn stops the current one.
+            ``response`` (omniflow/msg/ResponseChunk, reliable, transient local, keep last
+            50): the streamed answer; a newer turn stops the current one. On (re)start the
+            publisher's kept chunks arrive too: those of the turn the dialogue state says is
+            in progress are spoken from its first piece, those of turns that are over are
+            dropped (``ended_chunks``). A publisher must offer transient local to match.
             ``dialogue_state`` (omniflow/msg/DialogueState, latched, liveliness lease 2 s):
-            INTERRUPTED stops speaking within one output block; when the dialogue node stops
+            INTERRUPTED stops speaking within one output block; the state's turn and state
+            tell which response chunks are current (:class:`TurnGate`); when the dialogue
+            node stops
             asserting its liveliness (it died, or the network to its host is cut) a warning
             says so and ``dialogue_lost`` counts it; speaking what it has goes on, and the
             answer it was streaming ends there; the turn ids of a respawned dialogue node are
@@ -209,6 +228,7 @@ class SpeechNode(DeviceNode):
         self._inbox_ready = threading.Condition()
         self._lock = threading.Lock()  # planner, segments, generation, speaking state
         self._planner = SpeechPlanner(self._make_chunker)
+        self._gate = TurnGate(self.params["dialogue_wait_ms"] / 1000)
         self._generation = 0  # bumped by every stop: synthesis of older phrases is abandoned
         self._segments: deque[_Segment] = deque()
         self._turns_done: set[int] = set()
@@ -217,7 +237,7 @@ class SpeechNode(DeviceNode):
         self._first_token_ns: dict[int, int] = {}
         self._played_sequence = 0
         self._state_pub = self._audio_pub = None
-        self.create_subscription(ResponseChunk, "response", self._on_response, EVENTS)
+        self.create_subscription(ResponseChunk, "response", self._on_response, RESPONSE)
         self.create_subscription(DialogueState, "dialogue_state", self._on_dialogue, LATCHED)
         self._dialogue = LivelinessWatch(
             self, DialogueState, "dialogue_state", self._on_dialogue_alive
@@ -289,6 +309,16 @@ class SpeechNode(DeviceNode):
             self._inbox_ready.notify()
 
     def _on_dialogue(self, msg: DialogueState) -> None:
+        with self._lock:
+            known = self._gate.dialogue(msg.state, msg.turn_id)
+        if not known:
+            self.get_logger().warning(
+                f"dialogue_state with unknown state {msg.state} (turn {msg.turn_id}) ignored",
+                throttle_duration_sec=5.0,
+            )
+            return
+        with self._inbox_ready:  # the worker decides on the chunks that waited for it
+            self._inbox_ready.notify()
         if msg.state == DialogueState.INTERRUPTED:
             self.stop_speaking(f"interrupted: {msg.reason or 'barge-in'}")
 
@@ -297,6 +327,7 @@ class SpeechNode(DeviceNode):
         if alive:
             with self._lock:
                 self._planner.source_restarted()
+                self._gate.source_restarted()
             back = self._dialogue.losses > 0
             self.get_logger().info("the dialogue node is back" if back else "dialogue node found")
             return
@@ -371,8 +402,16 @@ class SpeechNode(DeviceNode):
         now_s = time.monotonic()
         stops = []
         with self._lock:
+            ended_turns = self._gate.counts.ended_turns
+            skipped = self._planner.counts.skipped_chunks
+            passed = [c for chunk in chunks for c in self._gate.offer(chunk.turn_id, chunk, now_s)]
+            passed += self._gate.poll(now_s)
+            gate = self._gate.counts
+            self.stats.ended_chunks = gate.ended_chunks
+            self.stats.ended_turns = gate.ended_turns
+            self.stats.unconfirmed_turns = gate.unconfirmed_turns
             actions = []
-            for chunk in chunks:
+            for chunk in passed:
                 self._last_turn = chunk.turn_id
                 if chunk.index == 0:
                     self._first_token_ns[chunk.turn_id] = conversions.ns_from_time(
@@ -384,6 +423,8 @@ class SpeechNode(DeviceNode):
             actions += self._planner.poll(now_s)
             counts = self._planner.counts
             self.stats.ignored_chunks = counts.stale_chunks + counts.duplicate_chunks
+            self.stats.skipped_chunks = counts.skipped_chunks
+            turn = self._planner.current_turn
             for action in actions:
                 if isinstance(action, Stop):
                     self._forget(action.turn_id)
@@ -394,6 +435,18 @@ class SpeechNode(DeviceNode):
                     stops.append(action)
                 else:
                     self._todo.append((self._generation, action))
+        if counts.skipped_chunks > skipped:
+            self.get_logger().warning(
+                f"turn {turn}: {counts.skipped_chunks - skipped} piece(s) of the answer never "
+                "arrived (joined after the pieces the dialogue node keeps, or lost); speaking "
+                "on without them"
+            )
+        if gate.ended_turns > ended_turns:
+            self.get_logger().info(
+                f"not speaking {gate.ended_turns - ended_turns} turn(s) the dialogue state says "
+                f"are over (kept answers heard on joining, or late chunks; {gate.ended_chunks} "
+                "chunks dropped so far)"
+            )
         for action in stops:
             self.device.sink.flush()
             self.stats.stops += 1

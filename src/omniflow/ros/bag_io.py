@@ -17,13 +17,22 @@ from rclpy.qos import QoSProfile
 from omniflow.bag import BagMessage, BagReader, BagWriter, known_type, message_class
 from omniflow.core.timing import NS_PER_S
 from omniflow.errors import BagError
-from omniflow.graph import CLOCK_TOPIC, EVENTS, LATCHED, SENSOR_DATA, TOPICS, graph_topic_name
+from omniflow.graph import (
+    CLOCK_TOPIC,
+    EVENTS,
+    KEPT_EVENTS,
+    LATCHED,
+    SENSOR_DATA,
+    TOPICS,
+    graph_topic_name,
+)
 from omniflow.ros import qos as qos_profiles
 
 _QOS = {
     SENSOR_DATA: qos_profiles.SENSOR_DATA,
     LATCHED: qos_profiles.LATCHED,
     EVENTS: qos_profiles.EVENTS,
+    KEPT_EVENTS: qos_profiles.RESPONSE,
 }
 # Recorded sensor streams keep a deeper queue than a live consumer: the writer may pause.
 _RECORD_DEPTH = 100

@@ -212,7 +212,7 @@ class ConverseServer:
                 self._end(wait, CancelReason.TIMED_OUT, reason)
                 wait.done.wait(_END_WAIT_S)
                 return self._finish(wait, reason)
-        if wait.outcome == "done":
+        if wait.outcome in ("done", "unplayed"):  # the answer is there; its loss is logged
             return self._finish(wait, "")
         return self._finish(wait, f"{wait.outcome}: {wait.reason}")
 

@@ -24,7 +24,7 @@ from omniflow.msg import (
     Transcript,
 )
 from omniflow.ros import conversions
-from omniflow.ros.qos import EVENTS, LATCHED, LEASED_STATE, SENSOR_DATA
+from omniflow.ros.qos import EVENTS, LATCHED, LEASED_STATE, RESPONSE, SENSOR_DATA
 
 __all__ = [
     "SPEECH_NODE",
@@ -154,7 +154,7 @@ class DialogueOutputs:
     def __init__(self, node: Node, speech_node: str, callback_group: CallbackGroup) -> None:
         self._node = node
         self.chunks = 0  # response chunks published
-        self._response = node.create_publisher(ResponseChunk, "response", EVENTS)
+        self._response = node.create_publisher(ResponseChunk, "response", RESPONSE)
         self._state = node.create_publisher(DialogueState, "dialogue_state", LEASED_STATE)
         self._user_said = node.create_publisher(Transcript, "user_said", EVENTS)
         self._stop = node.create_client(

@@ -8,7 +8,13 @@
   assert their liveliness (``LEASED_STATE``), so a node that depends on one of them notices
   within ``LIVELINESS_WATCH`` that it is gone (killed, or cut off by the network), though its
   state rarely changes (:mod:`omniflow.ros.liveliness`);
-- events and results (transcripts, responses, associations): reliable, keep last 50.
+- events and results (transcripts, associations): reliable, keep last 50;
+- the streamed answer (``RESPONSE``): the same, and its publisher keeps the last 50 chunks
+  for readers that join late (transient local), so a speech node that starts, or restarts,
+  in the middle of an answer hears it from its first piece (it drops the chunks of turns that
+  are over: :class:`omniflow.core.speech_turns.TurnGate`). Readers may ask for volatile (they
+  get what comes after they join); a publisher must offer transient local, or the speech
+  node, which asks for it, does not match it (rclpy warns of the incompatible QoS).
 """
 
 from rclpy.duration import Duration
@@ -58,6 +64,13 @@ EVENTS = QoSProfile(
     depth=50,
     reliability=ReliabilityPolicy.RELIABLE,
     durability=DurabilityPolicy.VOLATILE,
+)
+
+RESPONSE = QoSProfile(
+    history=HistoryPolicy.KEEP_LAST,
+    depth=50,
+    reliability=ReliabilityPolicy.RELIABLE,
+    durability=DurabilityPolicy.TRANSIENT_LOCAL,
 )
 
 

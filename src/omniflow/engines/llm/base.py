@@ -80,6 +80,10 @@ class LlmBackend(abc.ABC):
     #: reason; :meth:`update` refuses a change of any of them.
     not_applied: ClassVar[Mapping[str, str]] = MappingProxyType({})
 
+    #: What in this backend's settings puts the user at risk (TLS checks turned off, a key
+    #: sent in clear text), for the owner to log and report; empty when nothing does.
+    security_warnings: tuple[str, ...] = ()
+
     def __init__(self, sampling: Sampling | None = None) -> None:
         self._last_stats: GenerationStats | None = None
         self.sampling = sampling or Sampling()

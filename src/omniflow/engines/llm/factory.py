@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -16,6 +17,8 @@ from omniflow.engines.llm.remote import RemoteBackend
 from omniflow.errors import ConfigError
 
 __all__ = ["make_backend"]
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def make_backend(values: Mapping[str, Any]) -> LlmBackend:
@@ -61,14 +64,27 @@ def make_backend(values: Mapping[str, Any]) -> LlmBackend:
             sampling=sampling,
         )
     key_env = merged["llm.remote.api_key_env"]
+    if key_env and not _ENV_NAME.fullmatch(key_env):
+        # Not echoed: a key pasted here by mistake must not reach the log.
+        raise ConfigError(
+            "llm.remote.api_key_env must be the name of an environment variable (letters, "
+            "digits and _, such as OPENAI_API_KEY), not the key itself; the value given is "
+            "not shown"
+        )
     api_key = os.environ.get(key_env, "") if key_env else ""
     if key_env and not api_key:
-        raise ConfigError(f"llm.remote.api_key_env names ${key_env}, which is not set")
+        raise ConfigError(
+            f"llm.remote.api_key_env names ${key_env}, which is not set (or empty) in the "
+            "node's environment"
+        )
     return RemoteBackend(
         merged["llm.remote.url"],
         model=merged["llm.remote.model"],
         api=merged["llm.remote.api"],
         api_key=api_key,
+        key_source=f"the API key in ${key_env}",
+        ca_bundle=merged["llm.remote.ca_bundle"],
+        tls_verify=merged["llm.remote.tls_verify"],
         timeout_s=merged["llm.remote.timeout_s"],
         images=merged["llm.remote.images"],
         sampling=sampling,

@@ -137,7 +137,22 @@ LLM_PARAMS: tuple[ParamSpec, ...] = (
         "llm.remote.api_key_env",
         "",
         "Name of the environment variable that holds "
-        "the remote server's API key (sent as a Bearer token); empty = no key",
+        "the remote server's API key (sent as a Bearer token; never logged or reported); "
+        "empty = no key",
+    ),
+    ParamSpec(
+        "llm.remote.ca_bundle",
+        "",
+        "PEM file of the CA(s) that signed the remote server's TLS certificate, checked "
+        "instead of the system's trust store (a server with its own CA); empty = the "
+        "system's trust store",
+    ),
+    ParamSpec(
+        "llm.remote.tls_verify",
+        True,
+        "Check the remote server's TLS certificate and host name; false lets anyone on the "
+        "network pose as the server (warned at start and in diagnostics): prefer "
+        "llm.remote.ca_bundle",
     ),
     ParamSpec(
         "llm.remote.timeout_s",
