@@ -94,6 +94,9 @@ def cmd_run(args: argparse.Namespace) -> int:
                 daemon=True,
                 name="player",
                 args=(args.bag, args.namespace, args.rate, True, False, None, stop),
+                # /clock keeps running after the bag until the last answer is done: a fusion
+                # node behind on a busy machine otherwise never finished the last utterance.
+                kwargs={"with_graph": True},
             )
             player_thread.start()
         while not stop.wait(_POLL_S):
