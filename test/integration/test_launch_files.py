@@ -26,9 +26,11 @@ from rclpy.parameter import Parameter
 from omniflow import demo, regression
 from omniflow.bag import BagWriter
 from omniflow.graph import CAPTURE_NODES, GRAPH_NODES, PROFILES, profile, sample_overrides
+from omniflow.msg import AudioChunk
 from omniflow.resources import sample, share_dir
 from omniflow.ros.bag_io import Recorder
-from omniflow.ros.monitor import spinning
+from omniflow.ros.monitor import TopicRecorder, spinning
+from omniflow.ros.qos import SENSOR_DATA
 from ros_helpers import get_parameter, lifecycle_state
 from ros_launch import ROOT, LaunchProcess, wait_for
 
@@ -161,9 +163,11 @@ def test_the_robot_launch_file_respawns_a_killed_capture_node(ros2_launch, ros_n
     launch, namespace = _bring_up(
         ros2_launch, ros_node, tmp_path, "robot.launch.py", "pc", sim=False
     )
+    killed = {}
     for name in CAPTURE_NODES:
-        (pid,) = launch.children(name)
-        os.kill(pid, signal.SIGKILL)
+        (killed[name],) = launch.children(name)
+        os.kill(killed[name], signal.SIGKILL)
+    for name, pid in killed.items():
         respawned = wait_for(
             f"{name} started again by launch",
             lambda name=name, pid=pid: [p for p in launch.children(name) if p != pid],
@@ -173,6 +177,9 @@ def test_the_robot_launch_file_respawns_a_killed_capture_node(ros2_launch, ros_n
         assert len(respawned) == 1, respawned
         full = f"{namespace}/{name}"
         wait_for(f"{full} active again", lambda full=full: is_active(ros_node, full), 60, launch)
+    # The microphone is heard again: blocks from the respawned node.
+    audio = TopicRecorder(ros_node, AudioChunk, f"{namespace}/audio", SENSOR_DATA)
+    audio.wait_until(lambda chunks: len(chunks) >= 5, 10, "5 audio blocks after the respawn")
     assert launch.running
     # The other nodes kept running through it.
     others = tuple(n for n in GRAPH_NODES if n not in CAPTURE_NODES)
