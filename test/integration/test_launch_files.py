@@ -18,6 +18,7 @@ import signal
 import uuid
 from pathlib import Path
 
+import pytest
 import rclpy
 import yaml
 from lifecycle_msgs.msg import State
@@ -34,6 +35,8 @@ from omniflow.ros.qos import SENSOR_DATA
 from ros_helpers import get_parameter, lifecycle_state
 from ros_launch import ROOT, LaunchProcess, wait_for
 
+# The first test here also builds composition_interfaces once per checkout (under a minute).
+pytestmark = pytest.mark.timeout(300)
 # Models load on activation (Whisper, the detector, the LLM): generous on 2 loaded cores.
 READY_TIMEOUT_S = demo.READY_TIMEOUT_S
 # The session (about 12 s of bag time) at the regression's rate, and the answer after it.
