@@ -139,11 +139,17 @@ def _devices_on_files() -> dict[str, dict[str, object]]:
     }
 
 
-def _bring_up(ros2_launch, ros_node, tmp_path, file_name: str, profile_name: str, sim: bool):
-    namespace = _ns()
+def _bring_up(
+    ros2_launch, ros_node, tmp_path, file_name: str, profile_name: str, sim: bool, **arguments
+):
+    """Launch ``file_name`` on the stand-in file, wait for every node to be active and check
+    the file's parameters and use_sim_time on each; ``arguments``: more launch arguments (a
+    ``namespace`` as users write it, without the leading slash, is normalised)."""
+    arguments.setdefault("namespace", _ns())
+    namespace = "/" + arguments["namespace"].strip("/")
     params = stand_in_params(profile_name, tmp_path / f"{profile_name}.yaml", _devices_on_files())
     launch = ros2_launch(
-        file_name, namespace=namespace, params_file=str(params), use_sim_time=str(sim).lower()
+        file_name, params_file=str(params), use_sim_time=str(sim).lower(), **arguments
     )
     wait_all_active(ros_node, launch, namespace, GRAPH_NODES)
     for name in GRAPH_NODES:
@@ -159,7 +165,20 @@ def _bring_up(ros2_launch, ros_node, tmp_path, file_name: str, profile_name: str
 
 
 def test_the_pi_launch_file_brings_the_graph_up_on_sim_time(ros2_launch, ros_node, tmp_path):
-    _bring_up(ros2_launch, ros_node, tmp_path, "pi.launch.py", "pi", sim=True)
+    # As the README writes it (namespace:=robot1), and the accelerator chosen at launch.
+    namespace = f"robot{uuid.uuid4().hex[:6]}"
+    _bring_up(
+        ros2_launch,
+        ros_node,
+        tmp_path,
+        "pi.launch.py",
+        "pi",
+        sim=True,
+        namespace=namespace,
+        vision_accelerator="cpu",
+    )
+    accelerator = get_parameter(ros_node, f"/{namespace}/fusion", "vision.accelerator")
+    assert accelerator == "cpu"  # over the Pi YAML's auto
 
 
 def test_the_robot_launch_file_respawns_a_killed_capture_node(ros2_launch, ros_node, tmp_path):
