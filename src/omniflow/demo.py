@@ -214,6 +214,7 @@ def _wait_node_ready(
     cannot be any more (None while it can), ``output()`` what the error shows of it."""
     from lifecycle_msgs.srv import GetState
 
+    namespace = "/" + namespace.strip("/")  # as the graph lists it ("robot1" is "/robot1")
     full = f"{namespace.rstrip('/')}/{name}"
     state_service = f"{full}/get_state"
     client = None
@@ -224,14 +225,12 @@ def _wait_node_ready(
         if time.monotonic() > deadline:
             raise OmniflowError(f"node {full} was not ready within {timeout_s:.0f} s:\n{output()}")
         services = dict(node.get_service_names_and_types())
+        listed = (name, namespace) in node.get_node_names_and_namespaces()
         if state_service in services:
             client = client or node.create_client(GetState, state_service)
             if _lifecycle_state(client) == ACTIVE:
                 break
-        elif (
-            name,
-            namespace or "/",
-        ) in node.get_node_names_and_namespaces() and time.monotonic() > deadline - timeout_s + 5.0:
+        elif listed and time.monotonic() > deadline - timeout_s + 5.0:
             break  # a plain node: being in the graph is enough
         time.sleep(0.2)
     if client is not None:

@@ -82,7 +82,7 @@ def wait_all_active(node, launch: LaunchProcess, namespace: str, names: tuple[st
 
 # ------------------------------------------------------------------------------ replay
 def test_the_replay_launch_file_gives_the_regression_outputs(ros2_launch, tmp_path) -> None:
-    namespace = _ns()
+    namespace = _ns()  # given to the launch file as users write it: without the leading slash
     params = stand_in_params("replay", tmp_path / "replay.yaml", regression.OVERRIDES)
     context = rclpy.Context()
     rclpy.init(context=context)
@@ -100,7 +100,7 @@ def test_the_replay_launch_file_gives_the_regression_outputs(ros2_launch, tmp_pa
                 "replay.launch.py",
                 bag=str(demo.default_bag()),
                 rate=str(regression.REPLAY_RATE),
-                namespace=namespace,
+                namespace=namespace.lstrip("/"),
                 params_file=str(params),
             )
             # The player joins the graph at once, waits for the nodes, plays the session and
