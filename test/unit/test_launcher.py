@@ -96,6 +96,15 @@ def test_argv_has_no_namespace_remap_without_a_namespace() -> None:
     argv = NodeSpec(module="m", name="n").argv(Path("p.yaml"))
     assert not any(arg.startswith("__ns:=") for arg in argv)
     assert pairs(argv, "--log-level") == ["info"]
+    assert not any(a.startswith("__ns:=") for a in NodeSpec("m", "n", namespace="/").argv(Path()))
+
+
+@pytest.mark.parametrize("namespace", ["robot1", "/robot1", "robot1/"])
+def test_argv_qualifies_a_namespace_written_without_its_slash(namespace) -> None:
+    """``omniflow run --namespace robot1``: rcl refuses ``__ns:=robot1`` and every node
+    exited with "Namespace not remapped to a fully qualified name"."""
+    argv = NodeSpec(module="m", name="n", namespace=namespace).argv(Path("p.yaml"))
+    assert "__ns:=/robot1" in pairs(argv, "-r")
 
 
 # --- NodeProcess ---------------------------------------------------------------------------
