@@ -5,14 +5,15 @@ nodes, every node on /clock (use_sim_time), speech to the null sink (config/repl
 
 Includes omniflow.launch.py with profile:=replay (every standard argument: namespace,
 use_sim_time, params_file, log_level, vision_accelerator, passed through) and plays the bag
-with ``omniflow replay`` (the rosbags-based player: ``ros2 bag`` works as well on a robot
-that has it).
+with ``omniflow replay --with-graph`` (the rosbags-based player, run by the interpreter running
+this file: it waits until the nodes are active, and keeps /clock running after the bag until
+the last answer is done). The nodes keep running after the bag: Ctrl-C stops them.
 """
 
 from launch.actions import ExecuteProcess
 from launch.substitutions import LaunchConfiguration
 
-from omniflow.bringup import profile_launch
+from omniflow.bringup import omniflow_command, profile_launch
 from omniflow.graph import LaunchArgument
 
 ARGUMENTS = (
@@ -24,7 +25,7 @@ ARGUMENTS = (
 def generate_launch_description():
     player = ExecuteProcess(
         cmd=[
-            "omniflow",
+            *omniflow_command(),
             "replay",
             LaunchConfiguration("bag"),
             "--clock",
@@ -32,6 +33,7 @@ def generate_launch_description():
             LaunchConfiguration("rate"),
             "--namespace",
             LaunchConfiguration("namespace"),
+            "--with-graph",
         ],
         output="screen",
     )

@@ -13,6 +13,7 @@ launch files import it; ``launch_ros`` is imported where the nodes are created, 
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
 
 from launch import LaunchContext, LaunchDescription, LaunchDescriptionEntity
@@ -28,6 +29,14 @@ from omniflow.graph import (
 
 # The base launch file, beside the files that include it (share/omniflow/launch/).
 BASE_LAUNCH_FILE = "omniflow.launch.py"
+
+
+def omniflow_command() -> list[str]:
+    """The ``omniflow`` command as a launch action runs it: by the interpreter running the
+    launch file (which imports this package), not by name on PATH. ``ros2 launch`` from a
+    virtual environment that is not activated has no ``bin/omniflow`` on PATH, and a process
+    action started by name failed with ``FileNotFoundError: 'omniflow'``."""
+    return [sys.executable, "-m", "omniflow.cli"]
 
 
 def declare(arguments: Iterable[LaunchArgument]) -> list[DeclareLaunchArgument]:

@@ -3,7 +3,7 @@
     omniflow run --profile pc|pi|replay|split-robot|split-dialogue [--bag BAG]
                  [--params-file F] [--namespace NS]
     omniflow record [--topics T ...] [-o DIR] [--duration S]
-    omniflow replay BAG [--rate R] [--clock] [--loop] [--topics T ...]
+    omniflow replay BAG [--rate R] [--clock] [--loop] [--topics T ...] [--with-graph]
     omniflow demo [--bag BAG | --audio F.wav --video F] [--out DIR]
     omniflow doctor [--profile pc|pi|replay|split-...] [--json] [--skip llm,coral,tts]
 
@@ -94,6 +94,9 @@ def cmd_run(args: argparse.Namespace) -> int:
                 daemon=True,
                 name="player",
                 args=(args.bag, args.namespace, args.rate, True, False, None, stop),
+                # /clock keeps running after the bag until the last answer is done: a fusion
+                # node behind on a busy machine otherwise never finished the last utterance.
+                kwargs={"with_graph": True},
             )
             player_thread.start()
         while not stop.wait(_POLL_S):
@@ -188,11 +191,18 @@ def _replay(
     topics: list[str] | None,
     stop: threading.Event,
     wait_s: float = 10.0,
+    with_graph: bool = False,
 ) -> int:
+    """Play ``bag``; ``with_graph``: the replay profile's nodes are being started beside the
+    player (``replay.launch.py``), so wait until they are active, and after the bag keep /clock
+    running until the dialogue has finished its last answer, as ``omniflow demo`` does."""
+    import contextlib
+
     import rclpy
 
     from omniflow.bag import BagReader
     from omniflow.ros.bag_io import Player
+    from omniflow.ros.monitor import spinning
 
     reader = BagReader(bag)
     for problem in reader.problems:
@@ -210,20 +220,22 @@ def _replay(
         )
         for name, why in player.stats.skipped_topics.items():
             _status(f"warning: not playing {name}: {why}")
-        _status(f"waiting up to {wait_s:g} s for subscribers on {', '.join(player.topics)}")
-        missing = player.wait_for_subscribers(wait_s)
-        if missing:
-            _status(f"  no subscriber yet on {', '.join(missing)}; playing anyway")
+        with spinning(node) if with_graph else contextlib.nullcontext():
+            graph = _graph_ready(node, namespace) if with_graph else {}
+            _status(f"waiting up to {wait_s:g} s for subscribers on {', '.join(player.topics)}")
+            missing = player.wait_for_subscribers(wait_s)
+            if missing:
+                _status(f"  no subscriber yet on {', '.join(missing)}; playing anyway")
 
-        def progress(done_ns: int, total_ns: int) -> None:
-            _status(
-                f"  played {done_ns / NS_PER_S:6.1f} / {total_ns / NS_PER_S:.1f} s (bag time)",
-                end="",
+            def progress(done_ns: int, total_ns: int) -> None:
+                _status(
+                    f"  played {done_ns / NS_PER_S:6.1f} / {total_ns / NS_PER_S:.1f} s (bag time)",
+                    end="",
+                )
+
+            stats = player.play(
+                loop=loop, stop=stop, progress=progress, preroll_s=0.5 if clock else 0.0, **graph
             )
-
-        stats = player.play(
-            loop=loop, stop=stop, progress=progress, preroll_s=0.5 if clock else 0.0
-        )
         _status("")
         _status(
             "published "
@@ -234,6 +246,26 @@ def _replay(
         node.destroy_node()
         rclpy.shutdown(context=context)
     return 0
+
+
+def _graph_ready(node, namespace: str) -> dict[str, object]:
+    """Wait until the replay profile's nodes are active under ``namespace``; the arguments
+    of ``Player.play`` that keep /clock running until the dialogue is listening again."""
+    from omniflow.demo import (
+        ANSWER_WAIT_S,
+        READY_TIMEOUT_S,
+        TAIL_S,
+        Progress,
+        listening_again,
+        wait_active,
+    )
+    from omniflow.graph import PROFILES
+
+    nodes = PROFILES["replay"].nodes
+    listening = listening_again(node, "dialogue" in nodes)
+    _status(f"waiting up to {READY_TIMEOUT_S:g} s for {', '.join(nodes)} to be active")
+    wait_active(node, nodes, namespace, READY_TIMEOUT_S, Progress(quiet=True))
+    return {"tail_s": TAIL_S, "until": listening.is_set, "until_max_s": ANSWER_WAIT_S}
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -247,6 +279,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         args.topics,
         _stop_event(),
         args.wait,
+        args.with_graph,
     )
 
 
@@ -303,6 +336,13 @@ def parser() -> argparse.ArgumentParser:
         type=float,
         default=10.0,
         help="seconds to wait for subscribers before the first message",
+    )
+    replay.add_argument(
+        "--with-graph",
+        action="store_true",
+        help="the replay profile's nodes start beside the player (replay.launch.py): wait "
+        "until they are active, and after the bag keep /clock running until the dialogue's "
+        "last answer is done",
     )
 
     sub.add_parser(

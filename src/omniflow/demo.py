@@ -176,41 +176,68 @@ def _lifecycle_state(client) -> int | None:
 def wait_ready(node, processes: list[NodeProcess], timeout_s: float, progress: Progress) -> None:
     """Wait until every node process is in the graph and, if it is a lifecycle node, active;
     raise OmniflowError with the node's output if one dies or does not get there in time."""
-    from lifecycle_msgs.srv import GetState
-
     deadline = time.monotonic() + timeout_s
     for index, process in enumerate(processes):
         spec = process.spec
-        full = f"{spec.namespace.rstrip('/')}/{spec.name}"
-        state_service = f"{full}/get_state"
-        client = None
-        while True:
-            if not process.running:
-                raise OmniflowError(
-                    f"node {spec.name} exited with "
-                    f"{process.process.returncode}:\n{process.output()}"
-                )
-            if time.monotonic() > deadline:
-                raise OmniflowError(
-                    f"node {spec.name} was not ready within {timeout_s:.0f} s:\n{process.output()}"
-                )
-            services = dict(node.get_service_names_and_types())
-            if state_service in services:
-                client = client or node.create_client(GetState, state_service)
-                if _lifecycle_state(client) == ACTIVE:
-                    break
-            elif (
-                (spec.name, spec.namespace or "/") in node.get_node_names_and_namespaces()
-                and time.monotonic() > deadline - timeout_s + 5.0
-            ):
-                break  # a plain node: being in the graph is enough
-            time.sleep(0.2)
-        if client is not None:
-            node.destroy_client(client)
+
+        def dead(process: NodeProcess = process) -> str | None:
+            return None if process.running else f"exited with {process.process.returncode}"
+
+        _wait_node_ready(node, spec.name, spec.namespace, deadline, timeout_s, dead, process.output)
         progress.bar(index + 1, len(processes), f"nodes ready ({spec.name})", unit="")
 
 
-def _listening_again(node, dialogue: bool) -> threading.Event:
+def wait_active(
+    node, names: tuple[str, ...], namespace: str, timeout_s: float, progress: Progress
+) -> None:
+    """Wait until the named nodes, started by someone else (``ros2 launch``), are in the graph
+    under ``namespace`` and, lifecycle nodes, active; OmniflowError naming the first that is
+    not within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    for index, name in enumerate(names):
+        _wait_node_ready(
+            node, name, namespace, deadline, timeout_s, lambda: None, lambda: "(started elsewhere)"
+        )
+        progress.bar(index + 1, len(names), f"nodes ready ({name})", unit="")
+
+
+def _wait_node_ready(
+    node,
+    name: str,
+    namespace: str,
+    deadline: float,
+    timeout_s: float,
+    dead: Callable[[], str | None],
+    output: Callable[[], str],
+) -> None:
+    """Wait until node ``name`` is ready (see :func:`wait_ready`); ``dead()`` says why it
+    cannot be any more (None while it can), ``output()`` what the error shows of it."""
+    from lifecycle_msgs.srv import GetState
+
+    namespace = "/" + namespace.strip("/")  # as the graph lists it ("robot1" is "/robot1")
+    full = f"{namespace.rstrip('/')}/{name}"
+    state_service = f"{full}/get_state"
+    client = None
+    while True:
+        why = dead()
+        if why is not None:
+            raise OmniflowError(f"node {full} {why}:\n{output()}")
+        if time.monotonic() > deadline:
+            raise OmniflowError(f"node {full} was not ready within {timeout_s:.0f} s:\n{output()}")
+        services = dict(node.get_service_names_and_types())
+        listed = (name, namespace) in node.get_node_names_and_namespaces()
+        if state_service in services:
+            client = client or node.create_client(GetState, state_service)
+            if _lifecycle_state(client) == ACTIVE:
+                break
+        elif listed and time.monotonic() > deadline - timeout_s + 5.0:
+            break  # a plain node: being in the graph is enough
+        time.sleep(0.2)
+    if client is not None:
+        node.destroy_client(client)
+
+
+def listening_again(node, dialogue: bool) -> threading.Event:
     """Set while the dialogue is listening (no turn in progress), so that the replay's clock
     keeps running until the last answer has been spoken; always set without a dialogue."""
     from omniflow.msg import DialogueState
@@ -287,12 +314,11 @@ def run_session(
         import shutil
 
         shutil.rmtree(outputs_bag)
-    recorded = [spec.name for spec in output_topics(replay.nodes)] + list(EXTRA_RECORDED)
     printer = LivePrinter(start_ns, out=(lambda text: None) if quiet else None)
     try:
         with spinning(monitor), BagWriter(outputs_bag) as writer:
-            recorder = Recorder(monitor, writer, recorded, namespace, on_message=printer)
-            answered = _listening_again(monitor, "dialogue" in replay.nodes)
+            recorder = Recorder(monitor, writer, recorded_topics(), namespace, on_message=printer)
+            answered = listening_again(monitor, "dialogue" in replay.nodes)
             wait_ready(monitor, processes, READY_TIMEOUT_S, progress)
             replayed = [t for t in inputs.values() if t not in reader.unknown_types()]
             player = Player(
@@ -336,10 +362,28 @@ def run_session(
         rclpy.shutdown(context=context)
         for process in processes:
             process.close()
-    run = report.Run.from_bags(outputs_bag, bag, skip_by_bag={1: ("audio", "played_audio")})
-    run.start_ns = start_ns
+    run = session_run(outputs_bag, bag, start_ns)
     run.problems = problems + run.problems
     return SessionResult(out_dir, bag, outputs_bag, run, problems)
+
+
+def recorded_topics() -> list[str]:
+    """What a replay of a session records: the replay graph's outputs, the microphone and
+    the diagnostics."""
+    return [spec.name for spec in output_topics(PROFILES["replay"].nodes)] + list(EXTRA_RECORDED)
+
+
+def session_run(outputs_bag: Path, input_bag: Path, start_ns: int | None = None) -> report.Run:
+    """The decoded run of a replay: the recorded outputs with the input bag (whose audio and
+    played audio were recorded among the outputs too), times from ``start_ns`` (default: the
+    input bag's first microphone block)."""
+    if start_ns is None:
+        reader = BagReader(input_bag)
+        audio = reader.resolve(INPUT_TOPICS)[INPUT_TOPICS[0]]
+        start_ns = min(m.timestamp_ns for m in reader.messages([audio]))
+    run = report.Run.from_bags(outputs_bag, input_bag, skip_by_bag={1: ("audio", "played_audio")})
+    run.start_ns = start_ns
+    return run
 
 
 def print_summary(result: SessionResult) -> dict[str, Path]:

@@ -304,10 +304,22 @@ def launch_node_actions(
     values of the base launch file's arguments (:func:`base_arguments`): namespace, log level,
     use_sim_time (the profile's, or the argument), respawn, the camera's DDS
     profile (``camera_dds_profile``; empty: the package's large-frames profile) and the fusion
-    node's ``vision.accelerator`` (``vision_accelerator``; empty: the parameters file's)."""
+    node's ``vision.accelerator`` (``vision_accelerator``; empty: the parameters file's).
+
+    Each node's parameters are its sections of the parameters file (:func:`node_parameters`),
+    read here rather than passed as the file: ROS matches a file's ``audio_capture:`` key
+    to ``/audio_capture`` only, so under ``namespace:=robot1`` every parameter of the file
+    was silently left out."""
     camera_env = {
         DDS_PROFILE_VARIABLE: camera_dds_profile
         or os.path.join(share_dir, *FRAME_PUBLISHER_PROFILE)
+    }
+    nodes = launch_nodes(
+        profile_name, share_dir, params_file=params_file or None, camera_env=camera_env
+    )
+    from_file = {
+        path: node_parameters(path, tuple(n.name for n in nodes), namespace)
+        for path in {file for node in nodes for file in node.params_files}
     }
     return [
         dict(
@@ -319,7 +331,7 @@ def launch_node_actions(
             respawn=node.respawn,
             respawn_delay=node.respawn_delay,
             parameters=[
-                *node.params_files,
+                *(from_file[path][node.name] for path in node.params_files),
                 {
                     "use_sim_time": node.use_sim_time or use_sim_time,
                     **(
@@ -333,10 +345,34 @@ def launch_node_actions(
             remappings=list(node.remappings.items()),
             additional_env=dict(node.env) or None,
         )
-        for node in launch_nodes(
-            profile_name, share_dir, params_file=params_file or None, camera_env=camera_env
-        )
+        for node in nodes
     ]
+
+
+def node_parameters(
+    path: str, names: tuple[str, ...], namespace: str = ""
+) -> dict[str, dict[str, object]]:
+    """Each named node's parameters from a ROS 2 parameters file, whatever the namespace the
+    node runs in: its sections ``/**``, ``/**/<name>``, ``<name>`` and ``<namespace>/<name>``
+    (in that order, later values over earlier). ConfigError when the file cannot be read."""
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as stream:
+            sections = yaml.safe_load(stream) or {}
+    except (OSError, yaml.YAMLError) as err:
+        raise ConfigError(f"cannot read parameters file {path}: {err}") from err
+    if not isinstance(sections, dict):
+        raise ConfigError(f"parameters file {path}: expected sections keyed by node name")
+    merged: dict[str, dict[str, object]] = {}
+    for name in names:
+        values: dict[str, object] = {}
+        full = f"/{namespace.strip('/')}/{name}" if namespace.strip("/") else None
+        for key in ("/**", f"/**/{name}", name, full):
+            section = sections.get(key) if key else None
+            values.update((section or {}).get("ros__parameters") or {})
+        merged[name] = values
+    return merged
 
 
 @dataclass(frozen=True)
@@ -462,24 +498,13 @@ def profile_nodes(
     """A profile's nodes as child processes (``omniflow run``): the profile's YAML section of
     each node, then ``overrides``, then use_sim_time; the camera and fusion with their DDS
     profiles."""
-    import yaml
-
     chosen = profile(profile_name)
     path = params_file or os.path.join(share_dir, "config", chosen.params_file)
-    try:
-        with open(path, encoding="utf-8") as stream:
-            sections = yaml.safe_load(stream) or {}
-    except (OSError, yaml.YAMLError) as err:
-        raise ConfigError(f"cannot read parameters file {path}: {err}") from err
-    merged: dict[str, dict[str, object]] = {}
-    for name in chosen.nodes:
-        values: dict[str, object] = {}
-        for key in ("/**", name):
-            values.update((sections.get(key) or {}).get("ros__parameters") or {})
+    merged = node_parameters(path, chosen.nodes, namespace)
+    for name, values in merged.items():
         values.update((overrides or {}).get(name, {}))
         if chosen.use_sim_time:
             values["use_sim_time"] = True
-        merged[name] = values
     return graph_nodes(
         chosen.nodes,
         namespace,

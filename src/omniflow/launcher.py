@@ -58,8 +58,8 @@ class NodeSpec:
             "--log-level",
             self.log_level,
         ]
-        if self.namespace:
-            argv += ["-r", f"__ns:={self.namespace}"]
+        if self.namespace.strip("/"):  # rcl refuses "robot1": it must be fully qualified
+            argv += ["-r", f"__ns:=/{self.namespace.strip('/')}"]
         for source, target in self.remappings.items():
             argv += ["-r", f"{source}:={target}"]
         return argv

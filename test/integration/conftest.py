@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import rclpy
 from rclpy.node import Node
 
+import ros_launch
 from omniflow.launcher import NodeProcess, NodeSpec
 from omniflow.ros.monitor import spinning
 
@@ -61,3 +63,26 @@ def start_node() -> Iterator:
     yield start
     for process in started:
         process.close()
+
+
+@pytest.fixture(scope="session")
+def launch_env() -> dict[str, str]:
+    """The environment of a ``ros2 launch`` process (upstream launch on the path, the
+    test-built composition_interfaces: see ros_launch.py); skips without ../shared."""
+    return ros_launch.launch_environment()
+
+
+@pytest.fixture
+def ros2_launch(launch_env: dict[str, str], tmp_path: Path) -> Iterator:
+    """Start ``ros2 launch omniflow <file> name:=value ...``; stopped when the test ends."""
+    started: list[ros_launch.LaunchProcess] = []
+
+    def start(file_name: str, **arguments: str) -> ros_launch.LaunchProcess:
+        log = tmp_path / f"{file_name}.{len(started)}.log"
+        process = ros_launch.LaunchProcess(file_name, arguments, launch_env, log)
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        process.stop()

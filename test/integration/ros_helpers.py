@@ -17,9 +17,16 @@ from omniflow.launcher import NodeProcess
 TIMEOUT_S = 10.0
 
 
-def topic(process: NodeProcess, name: str) -> str:
-    """The full name of a node process's relative topic or service."""
-    return f"{process.spec.namespace}/{name}"
+def topic(process: NodeProcess | str, name: str) -> str:
+    """The full name of a node process's relative topic or service (``process``: a node
+    process, or the namespace of a node started elsewhere, e.g. by ``ros2 launch``)."""
+    namespace = process if isinstance(process, str) else process.spec.namespace
+    return f"{namespace.rstrip('/')}/{name}"
+
+
+def full_name(process: NodeProcess | str) -> str:
+    """``/namespace/name`` of a node process, or the full name given as is."""
+    return process if isinstance(process, str) else topic(process, process.spec.name)
 
 
 def _result(future, what: str, timeout: float = TIMEOUT_S):
@@ -30,13 +37,13 @@ def _result(future, what: str, timeout: float = TIMEOUT_S):
     return future.result()
 
 
-def call(node: Node, srv_type, name: str, request):
+def call(node: Node, srv_type, name: str, request, timeout: float = TIMEOUT_S):
     """Call a service and return its response."""
     client = node.create_client(srv_type, name)
     try:
-        if not client.wait_for_service(timeout_sec=TIMEOUT_S):
-            raise TimeoutError(f"service {name} not available within {TIMEOUT_S} s")
-        return _result(client.call_async(request), f"service {name}")
+        if not client.wait_for_service(timeout_sec=timeout):
+            raise TimeoutError(f"service {name} not available within {timeout} s")
+        return _result(client.call_async(request), f"service {name}", timeout)
     finally:
         node.destroy_client(client)
 
@@ -44,20 +51,19 @@ def call(node: Node, srv_type, name: str, request):
 def change_state(node: Node, process: NodeProcess, transition_id: int) -> bool:
     """Trigger a lifecycle transition (lifecycle_msgs/Transition id); True on success."""
     request = ChangeState.Request(transition=Transition(id=transition_id))
-    name = topic(process, f"{process.spec.name}/change_state")
-    return call(node, ChangeState, name, request).success
+    return call(node, ChangeState, f"{full_name(process)}/change_state", request).success
 
 
-def lifecycle_state(node: Node, process: NodeProcess) -> int:
-    """The lifecycle state id (lifecycle_msgs/State) of a node process."""
-    name = topic(process, f"{process.spec.name}/get_state")
-    return call(node, GetState, name, GetState.Request()).current_state.id
+def lifecycle_state(node: Node, process: NodeProcess | str, timeout: float = TIMEOUT_S) -> int:
+    """The lifecycle state id (lifecycle_msgs/State) of a node process (or full node name)."""
+    name = f"{full_name(process)}/get_state"
+    return call(node, GetState, name, GetState.Request(), timeout).current_state.id
 
 
-def _parameter_client(node: Node, process: NodeProcess) -> AsyncParameterClient:
-    client = AsyncParameterClient(node, topic(process, process.spec.name))
+def _parameter_client(node: Node, process: NodeProcess | str) -> AsyncParameterClient:
+    client = AsyncParameterClient(node, full_name(process))
     if not client.wait_for_services(timeout_sec=TIMEOUT_S):
-        raise TimeoutError(f"parameter services of {process.spec.name} not available")
+        raise TimeoutError(f"parameter services of {full_name(process)} not available")
     return client
 
 
@@ -68,8 +74,8 @@ def set_parameters(node: Node, process: NodeProcess, **values) -> list[SetParame
     return _result(future, "set_parameters").results
 
 
-def get_parameter(node: Node, process: NodeProcess, name: str) -> object:
-    """The current value of one parameter of a node process."""
+def get_parameter(node: Node, process: NodeProcess | str, name: str) -> object:
+    """The current value of one parameter of a node process (or full node name)."""
     client = _parameter_client(node, process)
     value = _result(client.get_parameters([name]), "get_parameters").values[0]
     return Parameter.from_parameter_msg(ParameterMsg(name=name, value=value)).value

@@ -199,3 +199,22 @@ def test_topics_recorded_by_ros2_bag_are_found_by_their_graph_names(tmp_path):
 
     run = Run.from_bags(reader.path)
     assert set(run.messages) == {"audio", "transcript"}
+
+
+@pytest.mark.parametrize(
+    ("name", "namespace", "expanded"),
+    [
+        ("audio", "", "/audio"),
+        ("audio", "/", "/audio"),
+        ("audio", "/robot1", "/robot1/audio"),
+        ("audio", "robot1", "/robot1/audio"),  # namespace:=robot1 from a launch file
+        ("audio", "/robot1/", "/robot1/audio"),
+        ("/diagnostics", "robot1", "/diagnostics"),
+    ],
+)
+def test_the_player_and_recorder_expand_names_as_ros_does(name, namespace, expanded) -> None:
+    """A namespace without its leading slash published into /robot1/robot1/audio (relative
+    to the player node's own /robot1), where no node listens."""
+    from omniflow.ros.bag_io import _absolute
+
+    assert _absolute(name, namespace) == expanded

@@ -85,7 +85,7 @@ def test_the_camera_dds_profile_defaults_to_the_shared_file(monkeypatch):
 
 def test_the_vision_accelerator_argument_sets_the_fusion_nodes_parameter_only():
     def extra(**kwargs) -> dict[str, dict]:
-        actions = graph.launch_node_actions("pi", SHARE, **kwargs)
+        actions = graph.launch_node_actions("pi", str(ROOT), **kwargs)
         return {a["name"]: a["parameters"][-1] for a in actions}
 
     assert all("vision.accelerator" not in p for p in extra().values())  # the YAML's
@@ -218,14 +218,14 @@ def test_launch_node_actions_carry_respawn_sim_time_log_level_and_camera_env(mon
     actions = {
         a["name"]: a
         for a in graph.launch_node_actions(
-            "pc", SHARE, namespace="/r1", log_level="debug", camera_dds_profile="/x/mine.xml"
+            "pc", str(ROOT), namespace="/r1", log_level="debug", camera_dds_profile="/x/mine.xml"
         )
     }
     assert list(actions) == list(GRAPH_NODES)
     assert all(a["respawn"] for a in actions.values())
     assert actions["camera"]["additional_env"] == {DDS_PROFILE_VARIABLE: "/x/mine.xml"}
     assert actions["fusion"]["additional_env"] == {
-        DDS_PROFILE_VARIABLE: f"{SHARE}/config/fastdds/frame_receiver.xml"
+        DDS_PROFILE_VARIABLE: f"{ROOT}/config/fastdds/frame_receiver.xml"
     }
     others = [a for n, a in actions.items() if n not in ("camera", "fusion")]
     assert all(a["additional_env"] is None for a in others)
@@ -233,25 +233,65 @@ def test_launch_node_actions_carry_respawn_sim_time_log_level_and_camera_env(mon
         assert action["package"] == "omniflow" and action["executable"] == name
         assert action["namespace"] == "/r1"
         assert action["arguments"] == ["--ros-args", "--log-level", "debug"]
-        assert action["parameters"] == [f"{SHARE}/config/robot.yaml", {"use_sim_time": False}]
+        own = yaml.safe_load((ROOT / "config" / "robot.yaml").read_text())
+        from_file = {
+            **own["/**"]["ros__parameters"],
+            **own.get(name, {}).get("ros__parameters", {}),
+        }
+        assert action["parameters"] == [from_file, {"use_sim_time": False}]
 
 
 def test_launch_node_actions_use_the_clock_when_asked_or_in_replay():
-    asked = graph.launch_node_actions("pi", SHARE, use_sim_time=True)
+    asked = graph.launch_node_actions("pi", str(ROOT), use_sim_time=True)
     assert all(a["parameters"][-1] == {"use_sim_time": True} for a in asked)
-    replay = {a["name"]: a for a in graph.launch_node_actions("replay", SHARE)}
+    replay = {a["name"]: a for a in graph.launch_node_actions("replay", str(ROOT))}
     assert all(a["parameters"][-1] == {"use_sim_time": True} for a in replay.values())
     assert replay["speech"]["remappings"] == [("played_audio", "replay/played_audio")]
 
 
-def test_launch_node_actions_default_to_the_packaged_camera_profile_and_yaml():
+def test_launch_node_actions_default_to_the_packaged_camera_profile_and_yaml(tmp_path):
+    mine = tmp_path / "pi.yaml"
+    mine.write_text(yaml.safe_dump({"camera": {"ros__parameters": {"fps": 5.0}}}))
     actions = {
-        a["name"]: a for a in graph.launch_node_actions("pi", SHARE, params_file="/home/me/pi.yaml")
+        a["name"]: a for a in graph.launch_node_actions("pi", str(ROOT), params_file=str(mine))
     }
     assert actions["camera"]["additional_env"] == {
-        DDS_PROFILE_VARIABLE: f"{SHARE}/config/fastdds/large_frames.xml"
+        DDS_PROFILE_VARIABLE: f"{ROOT}/config/fastdds/large_frames.xml"
     }
-    assert {a["parameters"][0] for a in actions.values()} == {"/home/me/pi.yaml"}
+    assert actions["camera"]["parameters"][0] == {"fps": 5.0}
+    assert all(a["parameters"][0] == {} for n, a in actions.items() if n != "camera")
+
+
+def test_a_params_file_reaches_nodes_in_a_namespace(tmp_path):
+    """ROS matches a file's ``camera:`` key to ``/camera`` only: the launch files pass each
+    node its sections, so a namespace does not lose them; ``/**``, ``/**/<name>`` and the
+    full name apply too, later over earlier."""
+    mine = tmp_path / "mine.yaml"
+    sections = {
+        "/**": {"ros__parameters": {"a": 1, "b": 1, "c": 1, "d": 1}},
+        "/**/camera": {"ros__parameters": {"b": 2, "c": 2, "d": 2}},
+        "camera": {"ros__parameters": {"c": 3, "d": 3}},
+        "/robot1/camera": {"ros__parameters": {"d": 4}},
+        "/robot2/camera": {"ros__parameters": {"d": 5}},
+    }
+    mine.write_text(yaml.safe_dump(sections))
+    for namespace in ("/robot1", "robot1/"):
+        actions = {
+            a["name"]: a
+            for a in graph.launch_node_actions(
+                "pc", str(ROOT), namespace=namespace, params_file=str(mine)
+            )
+        }
+        assert actions["camera"]["parameters"][0] == {"a": 1, "b": 2, "c": 3, "d": 4}
+        assert actions["fusion"]["parameters"][0] == {"a": 1, "b": 1, "c": 1, "d": 1}
+
+
+def test_an_unreadable_params_file_is_a_config_error_at_launch(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read parameters file"):
+        graph.launch_node_actions("pc", str(ROOT), params_file=str(tmp_path / "none.yaml"))
+    (tmp_path / "list.yaml").write_text("- a\n- b\n")
+    with pytest.raises(ConfigError, match="keyed by node name"):
+        graph.launch_node_actions("pc", str(ROOT), params_file=str(tmp_path / "list.yaml"))
 
 
 def test_readme_topic_table_is_generated_from_the_graph():

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+import ros_vendor
 from omniflow import launcher
 from omniflow.launcher import NodeProcess, NodeSpec
 
@@ -95,6 +96,15 @@ def test_argv_has_no_namespace_remap_without_a_namespace() -> None:
     argv = NodeSpec(module="m", name="n").argv(Path("p.yaml"))
     assert not any(arg.startswith("__ns:=") for arg in argv)
     assert pairs(argv, "--log-level") == ["info"]
+    assert not any(a.startswith("__ns:=") for a in NodeSpec("m", "n", namespace="/").argv(Path()))
+
+
+@pytest.mark.parametrize("namespace", ["robot1", "/robot1", "robot1/"])
+def test_argv_qualifies_a_namespace_written_without_its_slash(namespace) -> None:
+    """``omniflow run --namespace robot1``: rcl refuses ``__ns:=robot1`` and every node
+    exited with "Namespace not remapped to a fully qualified name"."""
+    argv = NodeSpec(module="m", name="n", namespace=namespace).argv(Path("p.yaml"))
+    assert "__ns:=/robot1" in pairs(argv, "-r")
 
 
 # --- NodeProcess ---------------------------------------------------------------------------
@@ -244,16 +254,6 @@ LAUNCH_DIR = ROOT / "launch"
 STANDARD = ("namespace", "use_sim_time", "params_file", "log_level", "vision_accelerator")
 
 
-def _vendored_launch() -> Path | None:
-    """The vendored ROS 2 Jazzy launch sources in a ``shared`` directory beside the checkout
-    (or beside one of its parents, for a worktree)."""
-    for parent in ROOT.parents:
-        vendor = parent / "shared" / "vendor" / "ros-jazzy" / "launch"
-        if (vendor / "launch" / "__init__.py").is_file():
-            return vendor
-    return None
-
-
 @pytest.fixture(scope="module")
 def ros_launch():
     """The ``launch`` package (ROS 2's, or the vendored Jazzy sources)."""
@@ -265,12 +265,7 @@ def ros_launch():
     except ImportError:
         pass
     sys.modules.pop("launch", None)
-    vendor = _vendored_launch()
-    if vendor is None:
-        pytest.skip(
-            "ROS 2's launch package is not installed and ../shared/vendor/ros-jazzy "
-            "(its sources) is absent"
-        )
+    vendor = ros_vendor.require("launch", "ROS 2's launch package is not installed")
     sys.path.insert(0, str(vendor))
     try:
         import launch
@@ -347,8 +342,11 @@ def test_the_replay_launch_file_plays_the_bag_into_the_namespace(ros_launch) -> 
     ]
     context = ros_launch.LaunchContext()
     context.launch_configurations.update(bag="/b.mcap", rate="2.0", namespace="/r1")
+    # By this interpreter, not by name on PATH (a venv's bin/ is not on it unless activated).
     assert [performed(part, context) for part in player.cmd] == [
-        "omniflow",
+        sys.executable,
+        "-m",
+        "omniflow.cli",
         "replay",
         "/b.mcap",
         "--clock",
@@ -356,6 +354,7 @@ def test_the_replay_launch_file_plays_the_bag_into_the_namespace(ros_launch) -> 
         "2.0",
         "--namespace",
         "/r1",
+        "--with-graph",
     ]
     assert declared(load_launch_file("replay.launch.py"))["bag"].default_value is None
 

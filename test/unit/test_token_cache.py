@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import random
 import sys
-from pathlib import Path
 
 import pytest
 from rclpy.clock import ClockType
@@ -19,24 +18,14 @@ from rclpy.duration import Duration
 from rclpy.time import Time
 from sensor_msgs.msg import Image
 
+import ros_vendor
 from omniflow.core.stamped_cache import StampedCache
 from omniflow.core.tokens import Modality
 from omniflow.ros.conversions import header
 from omniflow.ros.token_cache import TokenCache
 
-ROOT = Path(__file__).resolve().parents[2]
 MS = 1_000_000
 T0 = 1_767_225_600 * 1_000_000_000  # 2026-01-01, ns
-
-
-def _vendored_message_filters() -> Path | None:
-    """The vendored Jazzy message_filters sources in a ``shared`` directory beside the
-    checkout (or beside one of its parents, for a worktree)."""
-    for parent in ROOT.parents:
-        vendor = parent / "shared" / "vendor" / "ros-jazzy" / "message_filters"
-        if (vendor / "message_filters" / "__init__.py").is_file():
-            return vendor
-    return None
 
 
 @pytest.fixture(scope="module")
@@ -48,12 +37,7 @@ def mf():
         return message_filters
     except ImportError:
         pass
-    vendor = _vendored_message_filters()
-    if vendor is None:
-        pytest.skip(
-            "message_filters is not installed (it is not on PyPI) and "
-            "../shared/vendor/ros-jazzy/message_filters (its Jazzy sources) is absent"
-        )
+    vendor = ros_vendor.require("message_filters", "message_filters is not installed")
     sys.path.insert(0, str(vendor))
     try:
         import message_filters

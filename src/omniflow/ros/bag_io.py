@@ -56,7 +56,12 @@ def qos_for(relative_name: str, *, recording: bool = False) -> QoSProfile:
 
 
 def _absolute(name: str, namespace: str) -> str:
-    return name if name.startswith("/") else f"{namespace.rstrip('/')}/{name}"
+    """``name`` under ``namespace``, as ROS expands it: ``robot1`` (as a launch file's
+    ``namespace:=robot1`` passes it) is ``/robot1``; a name given absolute is kept."""
+    if name.startswith("/"):
+        return name
+    namespace = namespace.strip("/")
+    return f"/{namespace}/{name}" if namespace else f"/{name}"
 
 
 class Recorder:
