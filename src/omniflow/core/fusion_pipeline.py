@@ -273,6 +273,14 @@ class FusionEngines:
     echo: EchoStage | None = None
     words: WordSpace | None = None
 
+    def close(self) -> None:
+        """Stop the engines that run threads of their own (Whisper decodes on one), and wait
+        for them: a thread still inside a native engine when the process exits aborts it."""
+        for engine in (self.recognizer, self.vision, self.vad):
+            close = getattr(engine, "close", None)
+            if close is not None:
+                close()
+
 
 # The fusion node's parameters that set the pipeline (FusionConfig.from_params reads them).
 PIPELINE_PARAMS = (

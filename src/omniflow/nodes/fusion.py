@@ -252,6 +252,7 @@ class FusionNode(LifecycleBase):
         with self._core_lock:
             if self._pipeline is not None:
                 self._next_utterance = self._pipeline.utterance_id + 1
+                self._pipeline.engines.close()  # the decode thread, before the process ends
             self._pipeline = None
         for publisher in self._pubs.values():
             self.destroy_lifecycle_publisher(publisher)
