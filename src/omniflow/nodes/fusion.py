@@ -65,7 +65,9 @@ class FusionNode(LifecycleBase):
             ``transcript`` (omniflow/msg/Transcript, reliable, keep last 50): partial
             hypotheses while the user speaks (``is_final`` false, when they change) and the
             final text at the end of speech (or when speech lasts longer than
-            ``vad.max_utterance_s``); start/end are the VAD's stream-time stamps.
+            ``vad.max_utterance_s``, or the stream jumps back in time); every utterance gets
+            one final, empty with confidence 0 when the recogniser failed on it (abandoned);
+            start/end are the VAD's stream-time stamps.
             ``voice_activity`` (omniflow/msg/VoiceActivity, reliable, keep last 50): the
             user's speech with the robot's voice taken out: START as soon as the VAD
             confirms speech (stamped with its first sample), ONGOING once per slice while
