@@ -4,24 +4,18 @@ received are each counted in ``~/status`` and named in a warning."""
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 
 import numpy as np
-from std_msgs.msg import String
 
 from omniflow.core.timing import CHUNK_SAMPLES, NS_PER_MS
 from omniflow.msg import AudioChunk
 from omniflow.ros import conversions
-from omniflow.ros.monitor import TopicRecorder
-from omniflow.ros.qos import LATCHED, SENSOR_DATA
+from omniflow.ros.qos import SENSOR_DATA
+from ros_helpers import last_status, wait_active, wait_status
 
 CHUNK_NS = 40 * NS_PER_MS
-
-
-def status(recorder: TopicRecorder) -> dict:
-    return json.loads(recorder.messages[-1].data)
 
 
 def test_gaps_duplicates_and_overlaps_in_the_audio_input_are_counted_and_named(
@@ -34,12 +28,7 @@ def test_gaps_duplicates_and_overlaps_in_the_audio_input_are_counted_and_named(
         {"vision.enabled": False, "asr.engine": "pocketsphinx"},
         namespace=namespace,
     )
-    fusion_status = TopicRecorder(ros_node, String, f"{namespace}/fusion/status", LATCHED)
-    fusion_status.wait_until(
-        lambda msgs: any(json.loads(m.data)["state"] == "active" for m in msgs),
-        timeout=120,
-        what="fusion active",
-    )
+    fusion_status = wait_active(ros_node, fusion)
     publisher = ros_node.create_publisher(AudioChunk, f"{namespace}/audio", SENSOR_DATA)
     origin_ns = ros_node.get_clock().now().nanoseconds
 
@@ -59,7 +48,7 @@ def test_gaps_duplicates_and_overlaps_in_the_audio_input_are_counted_and_named(
     # stamps follow the clock (fusion refuses stamps ahead of it), the sequence is scripted.
     sequence, stamp_ns = 0, origin_ns
     deadline = time.monotonic() + 30
-    while not fusion_status.messages or status(fusion_status)["audio_chunks"] < 5:
+    while not fusion_status.messages or last_status(fusion_status)["audio_chunks"] < 5:
         assert time.monotonic() < deadline, "fusion heard none of the audio within 30 s"
         send(sequence, stamp_ns)
         sequence, stamp_ns = sequence + 1, stamp_ns + CHUNK_NS
@@ -72,12 +61,12 @@ def test_gaps_duplicates_and_overlaps_in_the_audio_input_are_counted_and_named(
     send(overlapping, stamp_ns - 200 * NS_PER_MS, samples=6400)  # 400 ms, 200 ms inside
     send(overlapping + 1, stamp_ns + 200 * NS_PER_MS)
 
-    fusion_status.wait_until(
-        lambda msgs: json.loads(msgs[-1].data)["audio_chunks"] >= duplicate + 4,
+    counts = wait_status(
+        fusion_status,
+        lambda status: status["audio_chunks"] >= duplicate + 4,
+        "every chunk received",
         timeout=10,
-        what="every chunk received",
     )
-    counts = status(fusion_status)
     report = f"status: {counts}\nfusion said:\n{fusion.output()[-3000:]}"
     assert counts["audio_lost"] == 0, f"DDS lost chunks on the way: {report}"
     assert counts["audio_duplicates"] == 1, report

@@ -5,37 +5,21 @@ speech node speaking), gets the signal, and exits with 0 and no traceback."""
 
 from __future__ import annotations
 
-import json
 import signal
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from std_msgs.msg import String
 from test_speech import LONG_ANSWER, Conversation
 
 from omniflow.launcher import NodeProcess
-from omniflow.ros.monitor import TopicRecorder
-from omniflow.ros.qos import LATCHED
-from ros_helpers import topic
+from ros_helpers import wait_active, wait_status
 
 SAMPLES = Path(__file__).parents[1] / "data" / "samples"
 HELLO = SAMPLES / "hello.wav"  # speech from about 0.5 s to 3.2 s
 SCENE = SAMPLES / "scene.avi"
 MICROPHONE = {"source": "file", "file.path": str(HELLO), "file.loop": True}
-START_S = 120.0  # model loads on a busy 2-core machine
 STOP_S = 20.0  # a stop joins workers (3 s each at most) and engines
-
-
-def status_recorder(ros_node, process: NodeProcess) -> TopicRecorder:
-    return TopicRecorder(ros_node, String, topic(process, f"{process.spec.name}/status"), LATCHED)
-
-
-def wait_status(recorder: TopicRecorder, predicate: Callable[[dict], bool], what: str) -> None:
-    recorder.wait_until(
-        lambda msgs: bool(msgs) and predicate(json.loads(msgs[-1].data)), START_S, what
-    )
 
 
 def stop_and_check(process: NodeProcess, sig: signal.Signals) -> None:
@@ -62,8 +46,7 @@ def stop_and_check(process: NodeProcess, sig: signal.Signals) -> None:
 )
 def test_an_idle_node_stops_with_exit_code_0(ros_node, start_node, module, parameters, sig):
     process = start_node(f"omniflow.nodes.{module}", module, parameters)
-    status = status_recorder(ros_node, process)
-    wait_status(status, lambda s: s["state"] == "active", f"{module} active")
+    wait_active(ros_node, process)
     stop_and_check(process, sig)
 
 
@@ -73,8 +56,7 @@ def test_fusion_stops_with_exit_code_0_while_it_decodes_speech(ros_node, start_n
     fusion = start_node(
         "omniflow.nodes.fusion", "fusion", {"vision.enabled": False}, namespace=namespace
     )
-    status = status_recorder(ros_node, fusion)
-    wait_status(status, lambda s: s["state"] == "active", "fusion active")
+    status = wait_active(ros_node, fusion)
     start_node("omniflow.nodes.audio_capture", "audio_capture", MICROPHONE, namespace=namespace)
     wait_status(status, lambda s: s["speech_starts"] >= 1, "fusion hearing speech")
     stop_and_check(fusion, sig)
