@@ -37,8 +37,9 @@ from omniflow.errors import ConfigError
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 # Time the executor's thread gets to return once the executor is shut down.
 _SPIN_JOIN_S = 5.0
-# How often the main thread looks whether a stop signal came (a signal handler may not wait
-# on, nor take, a lock the main thread could hold).
+# How often the main thread looks whether a stop signal came. It polls rather than waits on
+# the event: the handler runs on the main thread and sets that event, which would deadlock
+# if the signal arrived while the main thread held the event's lock inside wait().
 _POLL_S = 0.1
 
 
@@ -46,7 +47,7 @@ _POLL_S = 0.1
 def stop_on_signals(signals: tuple[int, ...] = STOP_SIGNALS) -> Iterator[threading.Event]:
     """An event set by any of ``signals`` while the block runs (the previous handlers are
     restored after it); a second signal while stopping changes nothing. Poll it with
-    ``is_set()`` on the main thread: waiting on it there could deadlock with the handler."""
+    ``is_set()`` on the main thread (see ``_POLL_S``)."""
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in signals}
     try:
