@@ -15,7 +15,8 @@ everything on cleanup, shutdown, error or process exit. What they all share live
   ``/diagnostics`` status built by :meth:`LifecycleBase.diagnosis`, once a period;
 - worker threads started on activate and joined with a timeout that is logged when missed;
 - :meth:`LifecycleBase.release`, safe in any state, which never publishes once the ROS
-  context is gone (a node stopped by SIGINT has no context left to publish in).
+  context is gone (the node executables keep it until the node is released, see
+  ``omniflow.ros.run``; a process that embeds a node may shut it down first).
 
 Subclasses implement :meth:`configure` (raise a ``CONFIGURE_ERRORS`` error to refuse),
 :meth:`activate`, :meth:`deactivate` and :meth:`release_resources`; the transitions around
