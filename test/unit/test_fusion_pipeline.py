@@ -644,3 +644,15 @@ def test_unused_frames_shrink_to_a_quarter_at_the_vision_rate_and_save_memory(wo
     assert all(t.resolution.name == "QUARTER" for t in tokens[:-3])
     _, stale_bytes = held(100)  # freshness that never fires in 3 s
     assert fresh_bytes * 15 == stale_bytes * (3 + 12 / 4)  # 40 % of the frames' bytes
+
+
+def test_closing_the_engines_stops_those_that_run_threads_of_their_own():
+    closed = []
+
+    class ClosingRecognizer(ScriptedRecognizer):
+        def close(self) -> None:
+            closed.append("recognizer")
+
+    engines = FusionEngines(ScriptedVad(), ClosingRecognizer(), ScriptedVision())
+    engines.close()  # the VAD and the vision fake have no close(): nothing to stop
+    assert closed == ["recognizer"]
