@@ -16,7 +16,9 @@ Method (prints one JSON object, and a Markdown table on stderr):
   received (``audio_chunks``, ``frames``) and what its intake saw lost on the way
   (``audio_lost``, ``frames_lost``: gaps in the DDS publication sequence numbers), skipped
   for a newer frame (``frames_skipped``) or refused as too large (``frames_too_large``).
-  The peak resident memory of the fusion process (``VmHWM``) is read before it stops.
+  The peak resident memory of the fusion process (``VmHWM``) is read before it stops; its
+  resident memory (``VmRSS``) before the stream, sampled every 0.5 s during it (the largest
+  sample of each third: levelling off or climbing) and after it.
 - Variants, all measured in the same run, one after another per condition:
   ``before``: every process on Fast DDS's default participant settings (what the demo's
   player had: a 512 KiB shared-memory segment) and the fusion node's audio queue at the
@@ -52,6 +54,7 @@ import random
 import re
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -188,13 +191,49 @@ def child_env(variant: Variant, profile: Path) -> dict[str, str]:
     return env
 
 
-def peak_rss_mb(pid: int) -> float | None:
+def memory_mb(pid: int, field: str = "VmHWM") -> float | None:
+    """A memory figure of a process from /proc (VmHWM: peak resident, VmRSS: resident now)."""
     try:
         text = Path(f"/proc/{pid}/status").read_text(encoding="utf-8")
     except OSError:
         return None
-    match = re.search(r"VmHWM:\s+(\d+) kB", text)
+    match = re.search(rf"{field}:\s+(\d+) kB", text)
     return round(int(match[1]) / 1024, 1) if match else None
+
+
+class RssSampler:
+    """Samples a process's resident memory every ``period_s`` on a thread while in use; the
+    samples show whether memory levels off (bounded) or keeps climbing through a stream."""
+
+    def __init__(self, pid: int, period_s: float = 0.5) -> None:
+        self.pid, self.period_s = pid, period_s
+        self.samples: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period_s):
+            value = memory_mb(self.pid, "VmRSS")
+            if value is not None:
+                self.samples.append(value)
+
+    def __enter__(self) -> RssSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def summary(self) -> dict[str, float | None]:
+        """Resident MB: the largest sample of each third of the stream (climbing or flat)."""
+        n = len(self.samples)
+        return {
+            f"fusion_rss_max_mb_third{k + 1}": (
+                max(self.samples[k * n // 3 : (k + 1) * n // 3]) if n >= 3 else None
+            )
+            for k in range(3)
+        }
 
 
 def run_publishers(condition: str, namespace: str, variant: Variant, args) -> dict:
@@ -245,10 +284,13 @@ def run_trial(node, condition: str, variant: Variant, args) -> dict:
             timeout=READY_TIMEOUT_S,
             what="fusion active",
         )
-        sent = run_publishers(condition, namespace, variant, args)
+        rss_before = memory_mb(fusion.process.pid, "VmRSS")
+        with RssSampler(fusion.process.pid) as rss:
+            sent = run_publishers(condition, namespace, variant, args)
         time.sleep(SETTLE_S)
         last = json.loads(status.messages[-1].data)
-        peak = peak_rss_mb(fusion.process.pid)
+        peak = memory_mb(fusion.process.pid)
+        rss_after = memory_mb(fusion.process.pid, "VmRSS")
     finally:
         fusion.close()
     received_audio = last["audio_chunks"] + last["rejected_audio"]
@@ -266,14 +308,18 @@ def run_trial(node, condition: str, variant: Variant, args) -> dict:
         "frames_ratio": ratio(received_frames, sent["frames_sent"]),
         "vision_encoded": last["vision_encoded"],
         "fusion_peak_rss_mb": peak,
+        "fusion_rss_before_mb": rss_before,
+        **rss.summary(),
+        "fusion_rss_after_mb": rss_after,
     }
 
 
 def markdown_table(result: dict) -> str:
     rows = [
         "| condition | variant | audio received / sent | lost (node's count) | frames received "
-        "/ sent | skipped | too large | fusion peak RSS MB |",
-        "|---|---|---|---|---|---|---|---|",
+        "/ sent | skipped | too large | fusion peak RSS MB | fusion RSS MB: before, each third "
+        "of the stream, after |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for condition, trials in result["conditions"].items():
         for name, t in trials.items():
@@ -282,7 +328,18 @@ def markdown_table(result: dict) -> str:
             rows.append(
                 f"| {condition} | {name} | {t['audio_received']} / {t['audio_sent']} | "
                 f"{t['audio_lost']} | {t['frames_received']} / {t['frames_sent']} | "
-                f"{t['frames_skipped']} | {t['frames_too_large']} | {t['fusion_peak_rss_mb']} |"
+                f"{t['frames_skipped']} | {t['frames_too_large']} | {t['fusion_peak_rss_mb']} | "
+                + ", ".join(
+                    str(t.get(key))
+                    for key in (
+                        "fusion_rss_before_mb",
+                        "fusion_rss_max_mb_third1",
+                        "fusion_rss_max_mb_third2",
+                        "fusion_rss_max_mb_third3",
+                        "fusion_rss_after_mb",
+                    )
+                )
+                + " |"
             )
     return "\n".join(rows)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 
 from lifecycle_msgs.msg import Transition
@@ -11,10 +12,15 @@ from rcl_interfaces.msg import SetParametersResult
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.parameter_client import AsyncParameterClient
+from std_msgs.msg import String
 
 from omniflow.launcher import NodeProcess
+from omniflow.ros.monitor import TopicRecorder
+from omniflow.ros.qos import LATCHED
 
 TIMEOUT_S = 10.0
+# A node process loading its models on a busy 2-core machine.
+START_TIMEOUT_S = 120.0
 
 
 def topic(process: NodeProcess | str, name: str) -> str:
@@ -79,3 +85,30 @@ def get_parameter(node: Node, process: NodeProcess | str, name: str) -> object:
     client = _parameter_client(node, process)
     value = _result(client.get_parameters([name]), "get_parameters").values[0]
     return Parameter.from_parameter_msg(ParameterMsg(name=name, value=value)).value
+
+
+def status_recorder(node: Node, process: NodeProcess) -> TopicRecorder:
+    """Records a node process's latched ``~/status`` (std_msgs/String, JSON)."""
+    return TopicRecorder(node, String, topic(process, f"{process.spec.name}/status"), LATCHED)
+
+
+def last_status(recorder: TopicRecorder) -> dict:
+    """The newest status a :func:`status_recorder` holds, decoded."""
+    return json.loads(recorder.messages[-1].data)
+
+
+def wait_status(
+    recorder: TopicRecorder, predicate, what: str, timeout: float = START_TIMEOUT_S
+) -> dict:
+    """Wait until the newest status satisfies ``predicate``; return it."""
+    recorder.wait_until(
+        lambda msgs: bool(msgs) and predicate(json.loads(msgs[-1].data)), timeout, what
+    )
+    return last_status(recorder)
+
+
+def wait_active(node: Node, process: NodeProcess) -> TopicRecorder:
+    """Record a node process's status and wait until it says the node is active."""
+    recorder = status_recorder(node, process)
+    wait_status(recorder, lambda status: status["state"] == "active", f"{process.spec.name} active")
+    return recorder

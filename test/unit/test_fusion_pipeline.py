@@ -113,6 +113,8 @@ class ScriptedRecognizer:
     def poll_final(self) -> Final | None:
         if self.fail_next_poll:
             self.fail_next_poll = False
+            if self.ended:
+                self.ended.pop(0)  # the decoder crashed on this one: its final is gone
             raise EngineError("decoder crashed")
         if self.hold or not self.ended:
             return None
@@ -312,6 +314,32 @@ def test_a_stream_that_goes_back_in_time_ends_speech_and_starts_afresh(speaking)
     assert len(activity(events, Activity.START)) == 1
 
 
+@pytest.mark.parametrize("back_s", [2, 10, 3600])
+def test_an_utterance_cut_by_the_clock_jumping_back_still_gets_its_final(back_s):
+    pipeline, engines = make(ScriptedVad(confirm=2))
+    events = feed(pipeline, [QUIET] * 5 + [LOUD] * 10)  # the bag loops mid-utterance
+    cut_at = T0 + 15 * CHUNK_NS
+    events += feed(pipeline, [QUIET] * 10, start_ns=cut_at - back_s * NS_PER_S)
+    (end,) = activity(events, Activity.END)
+    assert (end.utterance_id, end.stamp_ns) == (1, cut_at)
+    (final,) = [e for e in of(events, TranscriptEvent) if e.final]
+    assert (final.utterance_id, final.text) == (1, "utterance 1")
+    assert (final.start_ns, final.end_ns) == (T0 + 5 * CHUNK_NS, cut_at)
+    assert pipeline.stats.speech_starts == pipeline.stats.speech_ends == 1
+    assert not engines.recognizer.active  # the next utterance starts a new one
+
+
+def test_a_final_the_recogniser_fails_on_after_a_clock_jump_is_marked_abandoned():
+    pipeline, engines = make(ScriptedVad(confirm=2))
+    engines.recognizer.fail_next_poll = True
+    feed(pipeline, [QUIET] * 5 + [LOUD] * 10)
+    events = feed(pipeline, [QUIET] * 5, start_ns=T0 - 10 * NS_PER_S)
+    (final,) = [e for e in of(events, TranscriptEvent) if e.final]
+    assert (final.utterance_id, final.text, final.confidence) == (1, "", 0.0)
+    assert final.end_ns == T0 + 15 * CHUNK_NS
+    assert pipeline.stats.finals_abandoned == 1 and pipeline.stats.engine_errors == 1
+
+
 def test_stamps_a_little_out_of_order_are_no_restart():
     pipeline, engines = make()
     feed(pipeline, [QUIET] * 10)
@@ -384,7 +412,7 @@ def test_finals_handed_over_late_keep_their_utterance_and_order():
     assert pipeline.stats.finals == 3 and pipeline.finals_due == 0
 
 
-def test_a_failing_final_is_counted_and_loses_only_that_utterance():
+def test_a_failing_final_is_counted_and_only_that_utterance_is_abandoned():
     pipeline, engines = make(ScriptedVad(confirm=1, hang=2))
     engines.recognizer.hold = True
     feed(pipeline, ([LOUD] * 3 + [QUIET] * 3) * 2)
@@ -394,7 +422,9 @@ def test_a_failing_final_is_counted_and_loses_only_that_utterance():
     (error,) = of(events, StageError)
     assert error.stage == "audio" and isinstance(error.error, EngineError)
     assert pipeline.stats.engine_errors == 1
-    assert [e.utterance_id for e in of(events, TranscriptEvent) if e.final] == [2]
+    finals = [(e.utterance_id, e.text) for e in of(events, TranscriptEvent) if e.final]
+    assert finals == [(1, ""), (2, "utterance 2")]  # the first abandoned, not lost
+    assert pipeline.stats.finals_abandoned == 1 and pipeline.stats.finals == 1
 
 
 def test_utterance_ids_go_on_from_the_first_id_given():
@@ -614,3 +644,15 @@ def test_unused_frames_shrink_to_a_quarter_at_the_vision_rate_and_save_memory(wo
     assert all(t.resolution.name == "QUARTER" for t in tokens[:-3])
     _, stale_bytes = held(100)  # freshness that never fires in 3 s
     assert fresh_bytes * 15 == stale_bytes * (3 + 12 / 4)  # 40 % of the frames' bytes
+
+
+def test_closing_the_engines_stops_those_that_run_threads_of_their_own():
+    closed = []
+
+    class ClosingRecognizer(ScriptedRecognizer):
+        def close(self) -> None:
+            closed.append("recognizer")
+
+    engines = FusionEngines(ScriptedVad(), ClosingRecognizer(), ScriptedVision())
+    engines.close()  # the VAD and the vision fake have no close(): nothing to stop
+    assert closed == ["recognizer"]

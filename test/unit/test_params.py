@@ -8,7 +8,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from omniflow.core.params import ParamSpec, defaults, unknown_names, validate
+from omniflow.core.params import (
+    ParamSpec,
+    defaults,
+    params_files,
+    section_applies,
+    section_problems,
+    unknown_names,
+    validate,
+)
 from omniflow.errors import ConfigError
 from omniflow.ros.params import descriptor_for
 
@@ -296,3 +304,49 @@ def test_unknown_names_without_a_close_match_give_no_hint() -> None:
 def test_unknown_names_skip_the_middlewares_own_parameters() -> None:
     given = ["use_sim_time", "qos_overrides./audio.subscription.depth", "fps"]
     assert unknown_names(SPECS, given, known_elsewhere=["use_sim_time"]) == []
+
+
+# --- parameters files: which sections apply to a node ---------------------------------------
+
+
+def test_params_files_are_read_from_the_ros_arguments() -> None:
+    argv = ["prog", "--params-file", "not-ros.yaml", "--ros-args", "-r", "__ns:=/robot"]
+    argv += ["--params-file", "a.yaml", "--log-level", "info", "--params-file", "b.yaml", "--"]
+    assert params_files(argv + ["--params-file", "after.yaml"]) == ["a.yaml", "b.yaml"]
+
+
+@pytest.mark.parametrize(
+    ("section", "applies"),
+    [
+        ("/**", True),
+        ("fusion", False),
+        ("/robot/fusion", True),
+        ("robot/fusion", True),
+        ("/**/fusion", True),
+        ("/*/fusion", True),
+        ("/robot/*", True),
+        ("/other/fusion", False),
+        ("/robot/speech", False),
+    ],
+)
+def test_a_section_applies_by_the_nodes_full_name(section: str, applies: bool) -> None:
+    assert section_applies(section, "/robot/fusion") is applies
+
+
+def test_a_file_with_a_section_for_the_node_has_no_problem() -> None:
+    sections = ["fusion", "speech", "dialogue"]
+    assert section_problems(sections, "/fusion", "robot.yaml") == []
+    assert section_problems(["/**"], "/robot/fusion", "robot.yaml") == []
+    assert section_problems([], "/fusion", "empty.yaml") == []
+
+
+def test_a_file_whose_sections_miss_the_node_names_the_closest_and_what_would_apply() -> None:
+    (problem,) = section_problems(["fusoin", "speech"], "/fusion", "robot.yaml")
+    assert problem == (
+        "no section of robot.yaml applies to this node (/fusion): its sections are 'fusoin', "
+        "'speech' ('fusoin' is close to 'fusion'); name it '/fusion', '/**/fusion' or '/**'"
+    )
+    (problem,) = section_problems(["fusion"], "/robot/fusion", "robot.yaml")
+    assert "('fusion' has the node's name, in another namespace); name it '/robot/fusion'" in (
+        problem
+    )

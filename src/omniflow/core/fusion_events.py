@@ -124,6 +124,7 @@ class FusionStats:
     forced_ends: int = 0  # utterances cut at vad.max_utterance_s
     partials: int = 0
     finals: int = 0
+    finals_abandoned: int = 0  # utterances ended with an empty final: the recogniser failed
     associations: int = 0
     engine_errors: int = 0
     played_blocks: int = 0  # played_audio blocks taken as the echo reference

@@ -14,8 +14,9 @@ One microphone chunk takes this path (see :meth:`FusionPipeline.process_audio`):
 
 1. it waits, while the robot speaks, until the played audio covering it has arrived (at most
    ``echo_wait_ns`` after its end): an echo without its reference would pass as speech;
-2. a stream restart (stamps more than 1 s back) ends the speech and resets the VAD, the
-   preroll and the echo stage;
+2. a stream restart (stamps more than 1 s back: a bag looping, a sensor restarting) ends
+   the speech, and the recogniser's utterance with it (its final still comes), and resets
+   the VAD, the preroll and the echo stage;
 3. the echo stage takes the robot's voice out; a VAD on the raw microphone counts the speech
    starts only the echo made;
 4. the chunk joins the preroll (the VAD confirms a start up to ~0.2 s after it happened)
@@ -24,7 +25,8 @@ One microphone chunk takes this path (see :meth:`FusionPipeline.process_audio`):
    from the start on and requests an association; an end ends the recogniser's utterance
    without waiting for its final;
 6. speech longer than ``max_utterance_ns`` is cut: END, the utterance ended, the VAD reset;
-7. finals the recogniser has ready are collected, oldest first.
+7. finals the recogniser has ready are collected, oldest first; an utterance whose final the
+   recogniser fails on gets an empty final with confidence 0 (abandoned) instead.
 
 The slices (:class:`~omniflow.core.scheduler.TdmScheduler`) run ingest (audio left over),
 encode (the newest frame, when the vision rate allows), associate (triggers whose window
@@ -270,6 +272,14 @@ class FusionEngines:
     vision: VisionEncoder | None = None
     echo: EchoStage | None = None
     words: WordSpace | None = None
+
+    def close(self) -> None:
+        """Stop the engines that run threads of their own (Whisper decodes on one), and wait
+        for them: a thread still inside a native engine when the process exits aborts it."""
+        for engine in (self.recognizer, self.vision, self.vad):
+            close = getattr(engine, "close", None)
+            if close is not None:
+                close()
 
 
 # The fusion node's parameters that set the pipeline (FusionConfig.from_params reads them).
@@ -703,10 +713,15 @@ class FusionPipeline:
             self._cut_utterance(end_ns)
 
     def _restart(self) -> None:
-        """The stream went back in time (a loop, a restarted source): end the speech and
-        forget the detector, preroll and echo state."""
+        """The stream went back in time (a loop, a restarted source): end the speech (its
+        final comes as for any other utterance) and forget the detector, preroll and echo
+        state."""
         if self.engines.vad.is_speech:
+            self.stats.speech_ends += 1
             self._activity_event(Activity.END, self._last_audio_end_ns)
+        asr = self.engines.recognizer
+        if asr is not None and asr.active:
+            self._end_utterance(self._last_audio_end_ns)
         self.engines.vad.reset()
         self._preroll.clear()
         if self.engines.echo is not None:
@@ -782,13 +797,20 @@ class FusionPipeline:
         self._finals_due.append((self._utterance, self._speech_start_ns, end_ns))
 
     def _collect_finals(self) -> None:
-        """Hand over the finals the recogniser has ready, oldest first; an error loses that
-        utterance's final (and propagates, to be counted)."""
+        """Hand over the finals the recogniser has ready, oldest first. When the recogniser
+        fails on one, that utterance still ends with a final: the abandoned marker (empty
+        text, confidence 0), so whoever waits for its words stops waiting; the error
+        propagates, to be counted."""
         while self._finals_due:
             try:
                 result = self.engines.recognizer.poll_final()
             except EngineError:
-                self._open.pop(self._finals_due.popleft()[0], None)  # no words will come
+                utterance, start_ns, end_ns = self._finals_due.popleft()
+                self._open.pop(utterance, None)  # no words will come
+                self.stats.finals_abandoned += 1
+                self._slice_out.append(
+                    TranscriptEvent(utterance, self._now_ns, start_ns, end_ns, "", True, 0.0)
+                )
                 raise
             if result is None:
                 return

@@ -9,6 +9,7 @@ rejected with a message that names what is allowed. No ROS imports here.
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -131,3 +132,53 @@ def unknown_names(
         hint = f" (did you mean '{close[0]}'?)" if close else ""
         messages.append(f"'{name}' is not a parameter of this node{hint}")
     return messages
+
+
+def params_files(argv: Iterable[str]) -> list[str]:
+    """The ``--params-file`` paths of a ROS command line (inside ``--ros-args`` ... ``--``)."""
+    files, ros_args, expect = [], False, False
+    for arg in argv:
+        if expect:
+            files.append(arg)
+            expect = False
+        elif arg == "--ros-args":
+            ros_args = True
+        elif arg == "--":
+            ros_args = False
+        elif ros_args and arg == "--params-file":
+            expect = True
+    return files
+
+
+def section_applies(section: str, node_fqn: str) -> bool:
+    """Whether a parameters file's section (a node name, possibly namespaced, with ``*`` for
+    one name and ``**`` for any number of names) applies to the node named ``node_fqn``."""
+    pattern = ""
+    for part in section.strip("/").split("/"):
+        if part == "**":
+            pattern += "(/[^/]+)*"
+        else:
+            pattern += "/" + re.escape(part).replace(r"\*", "[^/]*")
+    return re.fullmatch(pattern, node_fqn) is not None
+
+
+def section_problems(sections: Iterable[str], node_fqn: str, source: str) -> list[str]:
+    """What is wrong with a parameters file's sections for the node ``node_fqn``: none of
+    them applies to it (a namespace left out, a misspelt node name: the whole file would be
+    ignored in silence), naming the closest section and the names that would apply."""
+    sections = [str(section) for section in sections]
+    if not sections or any(section_applies(s, node_fqn) for s in sections):
+        return []
+    name = node_fqn.rsplit("/", 1)[-1]
+    by_last = {s.strip("/").rsplit("/", 1)[-1]: s for s in sections}
+    close = difflib.get_close_matches(name, list(by_last), n=1, cutoff=0.6)
+    hint = ""
+    if close and close[0] == name:
+        hint = f" ('{by_last[name]}' has the node's name, in another namespace)"
+    elif close:
+        hint = f" ('{by_last[close[0]]}' is close to '{name}')"
+    return [
+        f"no section of {source} applies to this node ({node_fqn}): its sections are "
+        f"{', '.join(repr(s) for s in sections)}{hint}; name it '{node_fqn}', '/**/{name}' "
+        "or '/**'"
+    ]

@@ -10,6 +10,7 @@ from dataclasses import asdict
 import numpy as np
 from sensor_msgs.msg import Image
 
+from omniflow.core.audio_continuity import AudioContinuity
 from omniflow.core.fusion_events import FusionStats
 from omniflow.core.fusion_pipeline import PIPELINE_PARAMS, FusionConfig, FusionPipeline
 from omniflow.core.resample import resample_int16
@@ -63,7 +64,9 @@ class FusionNode(LifecycleBase):
             ``transcript`` (omniflow/msg/Transcript, reliable, keep last 50): partial
             hypotheses while the user speaks (``is_final`` false, when they change) and the
             final text at the end of speech (or when speech lasts longer than
-            ``vad.max_utterance_s``); start/end are the VAD's stream-time stamps.
+            ``vad.max_utterance_s``, or the stream jumps back in time); every utterance gets
+            one final, empty with confidence 0 when the recogniser failed on it (abandoned);
+            start/end are the VAD's stream-time stamps.
             ``voice_activity`` (omniflow/msg/VoiceActivity, reliable, keep last 50): the
             user's speech with the robot's voice taken out: START as soon as the VAD
             confirms speech (stamped with its first sample), ONGOING once per slice while
@@ -81,7 +84,14 @@ class FusionNode(LifecycleBase):
             intake: chunks and frames received (``audio_chunks``, ``frames``), sent but lost
             on the way (``audio_lost``, ``frames_lost``: gaps in the DDS publication
             sequence numbers), frames skipped for a newer one (``frames_skipped``) or too
-            large (``frames_too_large``), and the image converter.
+            large (``frames_too_large``), and the image converter; the audio stream's own
+            continuity by the chunks' ``sequence`` and stamps
+            (:class:`~omniflow.core.audio_continuity.AudioContinuity`): gaps
+            (``audio_gaps``, ``audio_missing`` chunks), chunks received twice
+            (``audio_duplicates``: dropped), chunks stamped inside audio already received
+            (``audio_overlaps``, ``audio_overlap_ms``: only the new part is fed to the VAD
+            and recogniser) and restarts (``audio_restarts``: a loop, a restarted source),
+            each named in a throttled warning.
         parameters: see ``PARAMS``; ``vision.rate_hz`` is live, the others apply at start-up
         (read-only).
 
@@ -109,6 +119,7 @@ class FusionNode(LifecycleBase):
         self._next_utterance = 1  # utterance ids go on across configures
         self.intake = messages.IntakeStats()
         self._audio_gaps = messages.SequenceGaps()
+        self._continuity = AudioContinuity()  # by the chunks' own sequence and stamps
         self._frame_gaps = messages.SequenceGaps()
         self._events: messages.EventPublisher | None = None
         self._wake = threading.Event()  # audio arrived (or stop): the slice thread runs it
@@ -138,12 +149,17 @@ class FusionNode(LifecycleBase):
         if item is None:
             return
         with self._lock:
-            if len(self._audio_in) >= _AUDIO_BUFFER:
-                self._audio_in.popleft()
-                self.stats.buffer_overflows += 1
-            self._audio_in.append(item)
             self.stats.audio_chunks += 1
-        self._wake.set()
+            verdict = self._continuity.observe(msg.sequence, *item)
+            if verdict.samples is not None:
+                if len(self._audio_in) >= _AUDIO_BUFFER:
+                    self._audio_in.popleft()
+                    self.stats.buffer_overflows += 1
+                self._audio_in.append((verdict.stamp_ns, verdict.samples))
+        for problem in verdict.problems:
+            self._check.note(problem)
+        if verdict.samples is not None:
+            self._wake.set()
 
     def _on_played(self, msg: AudioChunk) -> None:
         """A block the speech node played: kept (at 16 kHz) as the echo reference."""
@@ -207,12 +223,14 @@ class FusionNode(LifecycleBase):
             self._audio_in.clear()
             self._frame_in = None
             self._played_in.clear()
+            self._continuity.reset()
         self.start_worker(self._run_slices, "slices", wake=self._wake.set)
 
     def release_resources(self) -> None:
         with self._core_lock:
             if self._pipeline is not None:
                 self._next_utterance = self._pipeline.utterance_id + 1
+                self._pipeline.engines.close()  # the decode thread, before the process ends
             self._pipeline = None
         if self._events is not None:
             self._events.destroy()
@@ -277,6 +295,7 @@ class FusionNode(LifecycleBase):
                 "state": self.state_text,
                 **asdict(self.stats),
                 **asdict(self.intake),
+                **{f"audio_{k}": v for k, v in asdict(self._continuity.counts).items()},
                 "audio_buffer": len(self._audio_in)
                 + (pipeline.pending_audio if pipeline is not None else 0),
                 "frame_buffer": int(self._frame_in is not None),
@@ -292,6 +311,9 @@ class FusionNode(LifecycleBase):
             or values["rejected_images"]
             or values["engine_errors"]
             or values["audio_lost"]
+            or values["audio_gaps"]
+            or values["audio_duplicates"]
+            or values["audio_overlaps"]
         )
         level = WARN if errors or self.state_text != "active" else OK
         return Diagnosis(level, self.state_text, "fusion", values)

@@ -279,9 +279,14 @@ class InputChecker:
             counter = self._COUNTERS[kind]
             setattr(self.stats, counter, getattr(self.stats, counter) + 1)
             self.stats.last_reject_reason = f"{kind}: {problem}"
-            due = self._throttle.due(f"{kind}: {problem}", time.monotonic())
+        self.note(f"{self._WHAT[kind]} rejected: {problem}")
+
+    def note(self, text: str) -> None:
+        """Log a problem counted elsewhere (throttled per kind, as the rejections)."""
+        with self._lock:
+            due = self._throttle.due(text, time.monotonic())
         if due:
-            self._warn(f"{self._WHAT[kind]} rejected: {problem}")
+            self._warn(text)
 
 
 def voice_activity_msg(event: VoiceActivityEvent) -> VoiceActivity:

@@ -8,11 +8,15 @@ everything on cleanup, shutdown, error or process exit. What they all share live
   set; a change to a parameter that applies on configure is refused while configured, live
   ones reach :meth:`LifecycleBase.apply_live`;
 - ``now_ns()`` on the node clock (sim time under ``use_sim_time``);
+- parameters given at start-up that the node does not have, or a parameters file none of
+  whose sections applies to it, named in a warning with the closest known name and in the
+  status (``parameter_problems``);
 - a latched ``~/status`` (std_msgs/String, JSON of :meth:`LifecycleBase.summary`) and a
   ``/diagnostics`` status built by :meth:`LifecycleBase.diagnosis`, once a period;
 - worker threads started on activate and joined with a timeout that is logged when missed;
 - :meth:`LifecycleBase.release`, safe in any state, which never publishes once the ROS
-  context is gone (a node stopped by SIGINT has no context left to publish in).
+  context is gone (the node executables keep it until the node is released, see
+  ``omniflow.ros.run``; a process that embeds a node may shut it down first).
 
 Subclasses implement :meth:`configure` (raise a ``CONFIGURE_ERRORS`` error to refuse),
 :meth:`activate`, :meth:`deactivate` and :meth:`release_resources`; the transitions around
@@ -87,7 +91,8 @@ class LifecycleBase(LifecycleNode):
         self._configured = False
         self.stopping = threading.Event()
         self._workers: list[tuple[threading.Thread, Callable[[], None] | None]] = []
-        declare_parameters(self, specs, apply=self._on_parameters)
+        # Unknown names and parameters files that miss the node: in the status until a restart.
+        self.parameter_problems = declare_parameters(self, specs, apply=self._on_parameters)
         self.params = parameter_values(self, specs)
         self._status_pub = self.create_publisher(String, "~/status", LATCHED)
         self._diagnostics_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
@@ -147,9 +152,10 @@ class LifecycleBase(LifecycleNode):
 
     def publish_status(self) -> None:
         if self.context.ok():
-            self._status_pub.publish(
-                String(data=json.dumps(self.summary(), sort_keys=True, default=str))
-            )
+            status = self.summary()
+            if self.parameter_problems:
+                status["parameter_problems"] = self.parameter_problems
+            self._status_pub.publish(String(data=json.dumps(status, sort_keys=True, default=str)))
 
     def report(self) -> None:
         """Publish diagnostics and status (the diagnostics timer's callback)."""

@@ -9,8 +9,10 @@ reason). Nodes add their own hook to apply live changes or to refuse them in som
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import sys
+from collections.abc import Callable, Iterable, Sequence
 
+import yaml
 from rcl_interfaces.msg import (
     FloatingPointRange,
     IntegerRange,
@@ -20,7 +22,7 @@ from rcl_interfaces.msg import (
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
-from omniflow.core.params import ParamSpec, unknown_names
+from omniflow.core.params import ParamSpec, params_files, section_problems, unknown_names
 
 # Return a reason to refuse the change, or None to accept it.
 ApplyHook = Callable[[dict[str, object]], str | None]
@@ -49,8 +51,9 @@ def descriptor_for(spec: ParamSpec) -> ParameterDescriptor:
 
 def declare_parameters(
     node: Node, specs: Iterable[ParamSpec], apply: ApplyHook | None = None
-) -> None:
+) -> list[str]:
     """Declare every spec on ``node`` with validation; ``apply`` sees accepted live changes.
+    Returns what :func:`warn_unknown_overrides` found wrong with the parameters given.
 
     Raises rclpy's InvalidParameterValueException (whose text carries our reason) when a
     start-up override is not allowed.
@@ -81,12 +84,16 @@ def declare_parameters(
     for spec in specs:
         node.declare_parameter(spec.name, spec.default, descriptor_for(spec))
     declared = True
-    warn_unknown_overrides(node, specs)
+    return warn_unknown_overrides(node, specs)
 
 
-def warn_unknown_overrides(node: Node, specs: Iterable[ParamSpec]) -> list[str]:
+def warn_unknown_overrides(
+    node: Node, specs: Iterable[ParamSpec], argv: Sequence[str] | None = None
+) -> list[str]:
     """Log one warning naming every start-up override (a parameters file, ``-p``) that is
-    not a parameter of ``node``, with the closest known name; returns the messages.
+    not a parameter of ``node``, with the closest known name, and one for each parameters
+    file on the command line (``argv``, default ``sys.argv``) none of whose sections applies
+    to the node; returns the messages.
 
     rclpy keeps the overrides it was given for this node in ``_parameter_overrides`` (no
     public accessor in Jazzy); names it declares itself are read from the node.
@@ -94,13 +101,29 @@ def warn_unknown_overrides(node: Node, specs: Iterable[ParamSpec]) -> list[str]:
     given = getattr(node, "_parameter_overrides", {})
     own = [name for name in given if node.has_parameter(name)]
     problems = unknown_names(specs, given, known_elsewhere=own)
+    logger = node.get_logger()
     if problems:
-        node.get_logger().warning(
+        logger.warning(
             "unknown parameters ignored: "
             + "; ".join(problems)
             + ". Check the parameters file against `ros2 param describe` or docs/nodes.md"
         )
+    for path in params_files(sys.argv if argv is None else argv):
+        for problem in section_problems(_sections(path), node.get_fully_qualified_name(), path):
+            logger.warning(f"parameters ignored: {problem}")
+            problems.append(problem)
     return problems
+
+
+def _sections(path: str) -> list[str]:
+    """The top-level keys of a parameters file (rcl has already refused one it cannot
+    parse, so an unreadable file here has no sections to check)."""
+    try:
+        with open(path, encoding="utf-8") as stream:
+            content = yaml.safe_load(stream)
+    except (OSError, yaml.YAMLError):
+        return []
+    return [str(key) for key in content] if isinstance(content, dict) else []
 
 
 def parameter_values(node: Node, specs: Iterable[ParamSpec]) -> dict[str, object]:

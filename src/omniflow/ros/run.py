@@ -1,16 +1,60 @@
-"""The entry point shared by the node executables: start one node, spin it, stop it cleanly."""
+"""The entry point shared by the node executables: start one node, spin it, stop it cleanly.
+
+Stopping is the part that needs care. rclpy's own SIGINT handler shuts the ROS context down
+the moment the signal arrives, while the node's worker threads (a decode, a speaker's output
+thread) are still running: their next publish fails ("publisher's context is invalid") and a
+thread still inside a native engine at interpreter exit aborts the process. So the node
+executables take SIGINT and SIGTERM themselves, and stop in order, with the context still
+valid until the end:
+
+1. the node is deactivated if it is active (its workers stop, a goal in progress ends with
+   its reason, the latched state says so), while the executor still delivers what that
+   sends;
+2. the executor stops and its thread is joined;
+3. the node releases what it holds (devices, models, native engines) and is destroyed;
+4. the context is shut down; the exit code is 0.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import signal
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import rclpy
 from rclpy.exceptions import InvalidParameterTypeException, InvalidParameterValueException
 from rclpy.executors import Executor, ExternalShutdownException, SingleThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, TransitionCallbackReturn
 from rclpy.node import Node
+from rclpy.signals import SignalHandlerOptions
 
 from omniflow.errors import ConfigError
+
+# Signals that stop a node executable (Ctrl-C; what launch and systemd send).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# Time the executor's thread gets to return once the executor is shut down.
+_SPIN_JOIN_S = 5.0
+# How often the main thread looks whether a stop signal came. It polls rather than waits on
+# the event: the handler runs on the main thread and sets that event, which would deadlock
+# if the signal arrived while the main thread held the event's lock inside wait().
+_POLL_S = 0.1
+
+
+@contextmanager
+def stop_on_signals(signals: tuple[int, ...] = STOP_SIGNALS) -> Iterator[threading.Event]:
+    """An event set by any of ``signals`` while the block runs (the previous handlers are
+    restored after it); a second signal while stopping changes nothing. Poll it with
+    ``is_set()`` on the main thread (see ``_POLL_S``)."""
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in signals}
+    try:
+        yield stop
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def run_node(
@@ -19,34 +63,71 @@ def run_node(
     *,
     executor_factory: Callable[[], Executor] = SingleThreadedExecutor,
 ) -> int:
-    """Run a node until shutdown; the entry point of the node executables.
+    """Run a node until SIGINT or SIGTERM; the entry point of the node executables.
 
     The node has a ``params`` dict and a ``release()`` that frees what it holds in any state
     (every :class:`~omniflow.ros.lifecycle.LifecycleBase`); a lifecycle node with
     ``autostart`` configures and activates itself. It spins on a single-threaded executor by
-    default: its callbacks only buffer, workers do the rest on their own threads. A node
-    whose callbacks wait (the dialogue node's action goals) passes a multi-threaded one.
+    default (on a thread of its own, so the main thread is free to take the signals): its
+    callbacks only buffer, workers do the rest on their own threads. A node whose callbacks
+    wait (the dialogue node's action goals) passes a multi-threaded one. The stop goes in
+    the order the module docstring gives.
 
-    Returns 2 when the node cannot start (a bad parameter), with the reason logged.
+    Returns 0 once stopped by a signal, 1 when a callback raised out of the executor (the
+    node is stopped in the same order), 2 when the node cannot start (a bad parameter),
+    with the reason logged.
     """
-    rclpy.init(args=args)
-    try:
-        node = node_factory()
-    except (InvalidParameterValueException, InvalidParameterTypeException, ConfigError) as err:
-        rclpy.logging.get_logger("omniflow").fatal(f"cannot start: {err}")
-        rclpy.try_shutdown()
-        return 2
-    executor = executor_factory()
-    executor.add_node(node)
-    if isinstance(node, LifecycleNode) and node.params.get("autostart", False):
-        if node.trigger_configure() == TransitionCallbackReturn.SUCCESS:
-            node.trigger_activate()
+    with stop_on_signals() as stop:
+        rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+        try:
+            node = node_factory()
+        except (InvalidParameterValueException, InvalidParameterTypeException, ConfigError) as err:
+            rclpy.logging.get_logger("omniflow").fatal(f"cannot start: {err}")
+            rclpy.try_shutdown()
+            return 2
+        executor = executor_factory()
+        executor.add_node(node)
+        failed: list[BaseException] = []
+        spinner = threading.Thread(
+            target=_spin, args=(executor, stop, failed), name="executor", daemon=True
+        )
+        try:
+            if isinstance(node, LifecycleNode) and node.params.get("autostart", False):
+                configured = not stop.is_set() and (
+                    node.trigger_configure() == TransitionCallbackReturn.SUCCESS
+                )
+                if configured and not stop.is_set():
+                    node.trigger_activate()
+            spinner.start()
+            while not stop.is_set():
+                time.sleep(_POLL_S)
+        finally:
+            _stop(node, executor, spinner)
+    return 1 if failed else 0
+
+
+def _spin(executor: Executor, stop: threading.Event, failed: list[BaseException]) -> None:
+    """The executor's thread: spin until shut down; a callback's exception stops the node."""
     try:
         executor.spin()
-    except (KeyboardInterrupt, ExternalShutdownException):
+    except ExternalShutdownException:
         pass
+    except Exception as err:  # noqa: BLE001 - the node stops, in order, and the exit code says so
+        failed.append(err)
+        rclpy.logging.get_logger("omniflow").fatal(
+            f"a callback raised; stopping the node:\n{traceback.format_exc()}"
+        )
     finally:
-        node.release()
-        node.destroy_node()
-        rclpy.try_shutdown()
-    return 0
+        stop.set()
+
+
+def _stop(node: Node, executor: Executor, spinner: threading.Thread) -> None:
+    """Deactivate, stop the executor, release, destroy, shut the context down: in order."""
+    if isinstance(node, LifecycleNode) and getattr(node, "state_text", "") == "active":
+        node.trigger_deactivate()
+    executor.shutdown(timeout_sec=_SPIN_JOIN_S)
+    if spinner.is_alive():
+        spinner.join(_SPIN_JOIN_S)
+    node.release()
+    node.destroy_node()
+    rclpy.try_shutdown()
