@@ -84,6 +84,16 @@ def difference(value: float | None, reference: float | None, digits: int = 2) ->
     return round(value - reference, digits)
 
 
+def slope_per_hour(
+    minutes: Sequence[float], values: Sequence[float], digits: int = 4
+) -> float | None:
+    """Least-squares slope of ``values`` against ``minutes``, per hour, rounded; None with
+    fewer than two points."""
+    if len(minutes) < 2:
+        return None
+    return round(float(np.polyfit(np.asarray(minutes), np.asarray(values), 1)[0] * 60.0), digits)
+
+
 def write_result(result: object, path: Path | None) -> None:
     """Print the result as indented JSON, and write it to ``path`` too when one is given
     (its directory is created)."""

@@ -51,6 +51,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import soundfile
+from _common import slope_per_hour
 
 from omniflow.core.association import Decision
 from omniflow.core.fusion_events import SceneEvent, TranscriptEvent
@@ -146,13 +147,6 @@ class Pipeline:
             elif isinstance(event, SceneEvent):
                 self.counts["vision"] += 1
         self.counts["forced_ends"] = self.fusion.stats.forced_ends
-
-
-def slope_per_hour(minutes: list[float], values: list[float]) -> float:
-    """Least-squares slope of ``values`` against ``minutes``, per hour."""
-    if len(minutes) < 2:
-        return float("nan")
-    return float(np.polyfit(np.asarray(minutes), np.asarray(values), 1)[0] * 60.0)
 
 
 def object_counts() -> collections.Counter[str]:
@@ -267,14 +261,11 @@ def run(
         "rss_mb_after_warmup": round(kept[0][1], 2) if kept else None,
         "rss_mb_end": round(samples_rss[-1], 2),
         "rss_mb_max": round(max(samples_rss), 2),
-        "mb_per_hour": round(slope_per_hour([m for m, _ in kept], [r for _, r in kept]), 4),
+        "mb_per_hour": slope_per_hour([m for m, _ in kept], [r for _, r in kept]),
         "target_mb_per_hour": 0.03,
         "samples": len(kept),
-        "mb_per_hour_second_half": round(
-            slope_per_hour(
-                [m for m, _ in kept[len(kept) // 2 :]], [r for _, r in kept[len(kept) // 2 :]]
-            ),
-            4,
+        "mb_per_hour_second_half": slope_per_hour(
+            [m for m, _ in kept[len(kept) // 2 :]], [r for _, r in kept[len(kept) // 2 :]]
         ),
         "rss_mb_every_10_min": [
             round(r, 3) for m, r in zip(samples_min, samples_rss, strict=True) if round(m) % 10 == 0

@@ -1,0 +1,235 @@
+#!/usr/bin/env python3
+"""A long soak through the whole graph: the bundled session looped over DDS, per-node resources.
+
+The replay profile's nodes (fusion, dialogue, speech to the null sink, power manager) run in
+their own processes under the supervisor ``omniflow run`` uses (each respawned if it dies;
+respawns are reported), on ``/clock``. This process plays ``test/data/samples/session.mcap``
+into them in a loop at ``--rate`` (the clock moves on across loops, the stream stamps start
+again: each loop is also a stream restart for the fusion node) for ``--minutes`` of wall time.
+
+Every ``--sample-s`` seconds it reads, per node process, the resident set size, the threads
+and the open file descriptors (``/proc``), and the number of nodes in the ROS graph (a leak of
+DDS participants or nodes shows there). Per loop: the answers (final response chunks) and the
+latency from each final transcript to the first chunk of the answer it started (wall time of
+arrival here). At the end, each node's ``~/status`` counters.
+
+Reported: per node RSS at start, after ``--warmup`` minutes and at the end, and its slope
+after the warm-up (MB/hour, least squares; target <= 0.03), threads and descriptors at the
+same points; answers and median latency per loop, and the latency of the first loops after
+the warm-up against the last ones (drift). Prints JSON; ``--json PATH`` also writes it.
+
+    .venv/bin/python benchmarks/soak.py --minutes 30 --warmup 5 --json build/bench/soak.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import rclpy
+from _common import median, ratio, slope_per_hour, summary, write_result
+from std_msgs.msg import String
+
+from omniflow.bag import BagReader
+from omniflow.graph import RESPAWN_DELAY_S, frame_publisher_env, graph_topic_name, profile_nodes
+from omniflow.launcher import Supervisor
+from omniflow.msg import ResponseChunk, Transcript
+from omniflow.resources import sample, share_dir
+from omniflow.ros.bag_io import Player
+from omniflow.ros.monitor import spinning
+from omniflow.ros.qos import EVENTS, LATCHED
+
+_PAGE_MB = os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def proc_figures(pid: int) -> dict[str, float] | None:
+    """RSS (MB), threads and open descriptors of a process; None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/statm", encoding="ascii") as f:
+            rss_mb = int(f.read().split()[1]) * _PAGE_MB
+        threads = len(os.listdir(f"/proc/{pid}/task"))
+        fds = len(os.listdir(f"/proc/{pid}/fd"))
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return {"rss_mb": rss_mb, "threads": threads, "fds": fds}
+
+
+@dataclass
+class Outputs:
+    """What the graph said, as it arrived: finals, answers and statuses."""
+
+    loop: int = 0
+    finals: dict[int, float] = field(default_factory=dict)  # utterance id -> arrival
+    answers: list[tuple[int, float]] = field(default_factory=list)  # (loop, latency s)
+    done: list[int] = field(default_factory=list)  # the loop of each final response chunk
+    _pending: float | None = None  # the newest final's arrival, until a turn's first chunk
+    _seen_turns: set[int] = field(default_factory=set)
+    status: dict[str, dict] = field(default_factory=dict)
+
+    def on_transcript(self, msg: Transcript) -> None:
+        if msg.is_final and msg.text.strip():
+            self._pending = time.monotonic()
+
+    def on_chunk(self, msg: ResponseChunk) -> None:
+        if msg.turn_id not in self._seen_turns:
+            self._seen_turns.add(msg.turn_id)
+            if self._pending is not None:
+                self.answers.append((self.loop, time.monotonic() - self._pending))
+                self._pending = None
+        if msg.is_final:
+            self.done.append(self.loop)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--minutes", type=float, default=30.0, help="wall time of the soak")
+    parser.add_argument("--warmup", type=float, default=5.0, help="minutes left out of slopes")
+    parser.add_argument("--rate", type=float, default=2.0, help="playback rate of the session")
+    parser.add_argument("--sample-s", type=float, default=10.0, help="seconds between samples")
+    parser.add_argument("--json", type=Path, help="also write the JSON here")
+    args = parser.parse_args()
+    write_result(run(args.minutes, args.warmup, args.rate, args.sample_s), args.json)
+
+
+def run(minutes: float, warmup: float, rate: float, sample_s: float) -> dict:
+    os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    namespace = f"/soak{uuid.uuid4().hex[:6]}"
+    share = str(share_dir())
+    specs = profile_nodes("replay", share, namespace, log_level="warn")
+    names = [spec.name for spec in specs]
+    respawn_lines: list[str] = []
+    supervisor = Supervisor(specs, set(names), RESPAWN_DELAY_S, report=respawn_lines.append)
+    os.environ.update(frame_publisher_env(share))  # this process plays the frames
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    node = rclpy.create_node("omniflow_soak", namespace=namespace, context=context)
+    outputs = Outputs()
+    node.create_subscription(Transcript, "transcript", outputs.on_transcript, EVENTS)
+    node.create_subscription(ResponseChunk, "response", outputs.on_chunk, EVENTS)
+    for name in names:
+        node.create_subscription(
+            String,
+            f"{name}/status",
+            lambda msg, name=name: outputs.status.__setitem__(name, json.loads(msg.data)),
+            LATCHED,
+        )
+    reader = BagReader(sample("session.mcap"))
+    remap = {topic: graph_topic_name(topic) for topic in reader.topics}
+    player = Player(node, reader, namespace=namespace, rate=rate, clock=True, remap=remap)
+    stop = threading.Event()
+    samples: list[tuple[float, str, dict[str, float]]] = []  # (minute, node, figures)
+    graph_nodes: list[tuple[float, int]] = []
+    loop_starts: list[float] = []
+    try:
+        with spinning(node):
+            deadline = time.monotonic() + 120
+            while any(outputs.status.get(n, {}).get("state") != "active" for n in names):
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"nodes not active within 120 s: {outputs.status}")
+                supervisor.poll()
+                time.sleep(0.2)
+            player.wait_for_subscribers(10.0)
+
+            def play() -> None:
+                player.play(loop=True, stop=stop, preroll_s=0.5)
+
+            def on_loop() -> None:  # the player counts loops; mirror them for the outputs
+                while not stop.wait(0.2):
+                    if player.stats.loops != outputs.loop:
+                        outputs.loop = player.stats.loops
+                        loop_starts.append(time.monotonic())
+
+            threads = [threading.Thread(target=t, daemon=True) for t in (play, on_loop)]
+            for thread in threads:
+                thread.start()
+            began = time.monotonic()
+            next_sample = began
+            while (now := time.monotonic()) < began + minutes * 60:
+                supervisor.poll()
+                if now >= next_sample:
+                    minute = (now - began) / 60
+                    for name, process in supervisor.processes.items():
+                        figures = proc_figures(process.process.pid)
+                        if figures is not None:
+                            samples.append((minute, name, figures))
+                    graph_nodes.append((minute, len(node.get_node_names_and_namespaces())))
+                    next_sample += sample_s
+                time.sleep(0.2)
+            stop.set()
+            for thread in threads:
+                thread.join(10)
+            time.sleep(1.0)  # the last statuses
+    finally:
+        stop.set()
+        supervisor.close()
+        node.destroy_node()
+        rclpy.shutdown(context=context)
+    return report(
+        names, samples, graph_nodes, outputs, player, respawn_lines, minutes, warmup, rate
+    )
+
+
+def report(names, samples, graph_nodes, outputs, player, respawn_lines, minutes, warmup, rate):
+    nodes = {}
+    for name in names:
+        rows = [(m, f) for m, n, f in samples if n == name]
+        if not rows:
+            nodes[name] = None
+            continue
+        after = [(m, f) for m, f in rows if m >= warmup] or rows[-1:]
+        nodes[name] = {
+            "rss_mb": {
+                "start": round(rows[0][1]["rss_mb"], 1),
+                "after_warmup": round(after[0][1]["rss_mb"], 1),
+                "end": round(rows[-1][1]["rss_mb"], 1),
+                "mb_per_hour_after_warmup": slope_per_hour(
+                    [m for m, _ in after], [f["rss_mb"] for _, f in after], 3
+                ),
+            },
+            "threads": [rows[0][1]["threads"], after[0][1]["threads"], rows[-1][1]["threads"]],
+            "fds": [rows[0][1]["fds"], after[0][1]["fds"], rows[-1][1]["fds"]],
+            "status": outputs.status.get(name, {}),
+        }
+    loops = player.stats.loops
+    per_loop = [
+        {
+            "loop": loop,
+            "answers": sum(1 for d in outputs.done if d == loop),
+            "latency_s": median([s for lp, s in outputs.answers if lp == loop], 3),
+        }
+        for loop in range(loops + 1)
+    ]
+    minutes_per_loop = minutes / max(loops, 1)
+    first_loop = int(warmup / minutes_per_loop) if minutes_per_loop else 0
+    warm = [s for lp, s in outputs.answers if lp >= first_loop]
+    early = [s for lp, s in outputs.answers if first_loop <= lp < first_loop + 5]
+    late = [s for lp, s in outputs.answers if lp >= max(loops - 4, first_loop)]
+    return {
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "minutes": minutes,
+        "warmup_minutes": warmup,
+        "rate": rate,
+        "loops": loops,
+        "respawns": [line.splitlines()[0] for line in respawn_lines],
+        "graph_nodes": [graph_nodes[0][1], graph_nodes[-1][1]] if graph_nodes else None,
+        "nodes": nodes,
+        "answers_per_loop": summary([p["answers"] for p in per_loop[:-1]], 1),
+        "latency_s_after_warmup": summary(warm, 3),
+        "latency_drift": {
+            "first_loops_median_s": median(early, 3),
+            "last_loops_median_s": median(late, 3),
+            "ratio": ratio(median(late, 3), median(early, 3)),
+        },
+        "per_loop": per_loop,
+    }
+
+
+if __name__ == "__main__":
+    main()
