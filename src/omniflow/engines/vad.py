@@ -19,6 +19,12 @@ through one small state machine shared by the engines:
 - ``hangover_ms``: the end is stamped this long after the last speech window (at most
   ``min_silence_ms``), so soft word tails the engine misses stay inside the utterance.
 
+Before that, with ``noise_margin_db`` > 0, a window counts as speech only when it is also that
+far above the room's noise floor (:class:`~omniflow.core.noise_floor.NoiseFloor`, tracked over
+``noise_history_s``): webrtcvad alone takes steady pink or fan noise at 10 dB SNR for speech
+that never ends; with the floor gate the noise ends within ``noise_history_s`` and the question
+inside it is still found (``benchmarks/vad_noise.py``).
+
 Engines:
 
 - :class:`WebRtcVad` (``"webrtc"``, the default): ``webrtcvad-wheels``, the GMM detector of
@@ -42,6 +48,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from omniflow.core.noise_floor import NoiseFloor
 from omniflow.core.timing import NS_PER_SAMPLE, SAMPLE_RATE
 from omniflow.errors import AudioFormatError, ConfigError, EngineError
 
@@ -105,7 +112,8 @@ class VoiceActivityDetector(abc.ABC):
     """Speech start/end events from 16 kHz int16 chunks of any length, in stream time.
 
     Subclasses give the engine's window length and a per-window decision
-    (:meth:`_window_is_speech`); this class re-chunks, stamps and debounces. Not
+    (:meth:`_window_is_speech`); this class re-chunks, stamps and debounces, and with
+    ``noise_margin_db`` > 0 gates the engine by the room's noise floor (see the module). Not
     thread-safe: one detector per audio stream, called from one thread.
     """
 
@@ -116,8 +124,22 @@ class VoiceActivityDetector(abc.ABC):
         min_speech_ms: float = 90.0,
         min_silence_ms: float = 300.0,
         hangover_ms: float = 60.0,
+        noise_margin_db: float = 0.0,
+        noise_history_s: float = 1.5,
     ) -> None:
         self._window = int(window_samples)
+        try:
+            self._floor = (
+                NoiseFloor(
+                    self._window / SAMPLE_RATE,
+                    history_s=noise_history_s,
+                    margin_db=noise_margin_db,
+                )
+                if noise_margin_db != 0
+                else None
+            )
+        except ValueError as err:
+            raise ConfigError(f"noise floor of the VAD: {err}") from err
         self._min_speech = _ms_to_samples("min_speech_ms", min_speech_ms)
         self._min_silence = _ms_to_samples("min_silence_ms", min_silence_ms)
         self._hangover = _ms_to_samples("hangover_ms", hangover_ms)
@@ -150,7 +172,21 @@ class VoiceActivityDetector(abc.ABC):
         self._run_start_ns = None
         self._run_samples = 0
         self._silence_samples = 0
+        if self._floor is not None:
+            self._floor.reset()
         self._reset_engine()
+
+    @property
+    def noise_floor_dbfs(self) -> float | None:
+        """The room's noise floor the detector tracks (None: no floor gate, or no audio yet)."""
+        return self._floor.floor_dbfs if self._floor is not None else None
+
+    def _is_speech(self, window: np.ndarray) -> bool:
+        """The engine's decision, gated by the noise floor when one is tracked."""
+        speech = self._window_is_speech(window)
+        if self._floor is None:
+            return speech
+        return self._floor.admits(window) and speech
 
     def process(
         self, samples: np.ndarray, stamp_ns: int, *, sample_rate: int = SAMPLE_RATE
@@ -186,9 +222,7 @@ class VoiceActivityDetector(abc.ABC):
         while start + self._window <= len(buf):
             window = buf[start : start + self._window]
             t0 = stamp_of(start)
-            event = self._step(
-                self._window_is_speech(window), t0, t0 + self._window * NS_PER_SAMPLE
-            )
+            event = self._step(self._is_speech(window), t0, t0 + self._window * NS_PER_SAMPLE)
             if event is not None:
                 events.append(event)
             start += self._window
