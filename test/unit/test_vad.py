@@ -286,3 +286,30 @@ def test_the_floor_gate_keeps_clean_and_quiet_speech_as_it_was(
 def test_a_bad_noise_margin_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="margin_db"):
         make_vad("webrtc", noise_margin_db=-1.0)
+
+
+class AlwaysSpeech(VoiceActivityDetector):
+    """An engine that takes everything for speech (as webrtcvad does steady noise)."""
+
+    def _window_is_speech(self, window: np.ndarray) -> bool:
+        return True
+
+
+def levels_stream(levels: list[tuple[float, float]]) -> np.ndarray:
+    """White noise of the given (seconds, RMS) runs, 16 kHz int16."""
+    rng = np.random.default_rng(0)
+    parts = [rng.normal(0.0, rms, round(s * 16_000)) for s, rms in levels]
+    return np.rint(np.concatenate(parts)).astype(np.int16)
+
+
+def test_the_floor_gate_ends_speech_the_engine_never_ends_and_starts_it_only_when_loud() -> None:
+    vad = AlwaysSpeech(480, min_speech_ms=60, min_silence_ms=300, noise_margin_db=6.0)
+    # 2 s of steady noise, 1 s of a voice 20 dB above it, 2 s of the noise again.
+    stream = levels_stream([(2.0, 100.0), (1.0, 1000.0), (2.0, 100.0)])
+    events = seconds(run(vad, stream, tail_s=0.0))
+    # The start reaches back at most min_speech_ms (+ a window) before the loud voice at 2 s,
+    # not into the noise before it (the engine called all of it speech).
+    assert [kind for kind, _ in events] == ["start", "end"], events
+    assert 2.0 - 0.09 <= events[0][1] <= 2.0, events
+    assert events[1][1] == pytest.approx(3.06, abs=0.04), events
+    assert not vad.is_speech

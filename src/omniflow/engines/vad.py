@@ -152,6 +152,7 @@ class VoiceActivityDetector(abc.ABC):
         self._speaking = False
         self._run_start_ns: int | None = None  # first window of the current speech run
         self._run_samples = 0
+        self._run_loud = False
         self._last_speech_end_ns = 0
         self._silence_samples = 0
 
@@ -171,6 +172,7 @@ class VoiceActivityDetector(abc.ABC):
         self._speaking = False
         self._run_start_ns = None
         self._run_samples = 0
+        self._run_loud = False
         self._silence_samples = 0
         if self._floor is not None:
             self._floor.reset()
@@ -181,12 +183,11 @@ class VoiceActivityDetector(abc.ABC):
         """The room's noise floor the detector tracks (None: no floor gate, or no audio yet)."""
         return self._floor.floor_dbfs if self._floor is not None else None
 
-    def _is_speech(self, window: np.ndarray) -> bool:
-        """The engine's decision, gated by the noise floor when one is tracked."""
+    def _judge(self, window: np.ndarray) -> tuple[bool, bool]:
+        """The engine's decision, and whether the window is loud enough over the noise floor
+        (always, when no floor is tracked)."""
         speech = self._window_is_speech(window)
-        if self._floor is None:
-            return speech
-        return self._floor.admits(window) and speech
+        return speech, self._floor is None or self._floor.admits(window)
 
     def process(
         self, samples: np.ndarray, stamp_ns: int, *, sample_rate: int = SAMPLE_RATE
@@ -222,7 +223,7 @@ class VoiceActivityDetector(abc.ABC):
         while start + self._window <= len(buf):
             window = buf[start : start + self._window]
             t0 = stamp_of(start)
-            event = self._step(self._is_speech(window), t0, t0 + self._window * NS_PER_SAMPLE)
+            event = self._step(*self._judge(window), t0, t0 + self._window * NS_PER_SAMPLE)
             if event is not None:
                 events.append(event)
             start += self._window
@@ -230,29 +231,41 @@ class VoiceActivityDetector(abc.ABC):
         self._buf = buf[start:].copy()
         return events
 
-    def _step(self, speech: bool, t0: int, t1: int) -> VadEvent | None:
-        """Advance the debounce state machine by one window [t0, t1)."""
+    def _step(self, speech: bool, loud: bool, t0: int, t1: int) -> VadEvent | None:
+        """Advance the debounce state machine by one window [t0, t1): the engine's ``speech``
+        and whether the window is ``loud`` enough over the noise floor. A run of speech
+        windows starts speech once it is ``min_speech_ms`` long and one of its windows was
+        loud (a voice's first syllable may be soft, so the start keeps the engine's timing);
+        while speaking, a window that is not loud counts as silence (so noise ends)."""
         n = self._window
         if not self._speaking:
             if not speech:
-                self._run_start_ns, self._run_samples = None, 0
+                self._run_start_ns, self._run_samples, self._run_loud = None, 0, False
                 return None
             if self._run_start_ns is None:
                 self._run_start_ns = t0
             self._run_samples += n
+            self._run_loud = self._run_loud or loud
+            if not self._run_loud:
+                # Not loud yet (the engine may be hearing noise): the run that a loud window
+                # confirms reaches back at most min_speech_ms, not into the noise before it.
+                if self._run_samples > max(self._min_speech, n):
+                    self._run_start_ns += n * NS_PER_SAMPLE
+                    self._run_samples -= n
+                return None
             if self._run_samples < max(self._min_speech, 1):
                 return None
             self._speaking = True
             self._last_speech_end_ns, self._silence_samples = t1, 0
             return VadEvent("start", self._run_start_ns)
-        if speech:
+        if speech and loud:
             self._last_speech_end_ns, self._silence_samples = t1, 0
             return None
         self._silence_samples += n
         if self._silence_samples < max(self._min_silence, 1):
             return None
         self._speaking = False
-        self._run_start_ns, self._run_samples = None, 0
+        self._run_start_ns, self._run_samples, self._run_loud = None, 0, False
         return VadEvent("end", self._last_speech_end_ns + self._hangover * NS_PER_SAMPLE)
 
     @abc.abstractmethod
