@@ -9,7 +9,15 @@ import numpy as np
 import pytest
 
 from omniflow.core.noise_floor import SILENCE_DBFS, NoiseFloor, level_dbfs
-from omniflow.core.room_sounds import active_rms, fan_noise, mix_at_snr, pink_noise
+from omniflow.core.room_sounds import (
+    active_rms,
+    babble_noise,
+    fan_noise,
+    far_talker,
+    mix_at_snr,
+    motor_noise,
+    pink_noise,
+)
 
 WINDOW_S = 0.03
 
@@ -122,3 +130,24 @@ def test_mix_refuses_speech_that_does_not_fit_or_is_silent() -> None:
         mix_at_snr(np.ones(800, dtype=np.int16) * 1000, noise, 10.0, at=500)
     with pytest.raises(ValueError, match="-60 dBFS"):
         mix_at_snr(np.zeros(100, dtype=np.int16), noise, 10.0)
+
+
+def test_motor_and_babble_are_unit_rms_and_deterministic() -> None:
+    a = motor_noise(16_000, np.random.default_rng(2))
+    assert np.array_equal(a, motor_noise(16_000, np.random.default_rng(2)))
+    assert float(np.sqrt(np.mean(a**2))) == pytest.approx(1.0, rel=1e-6)
+    voices = [np.sin(np.arange(4000) * 0.05) * 5000, np.sin(np.arange(3000) * 0.11) * 8000]
+    b = babble_noise(voices, 16_000, np.random.default_rng(2))
+    assert float(np.sqrt(np.mean(b**2))) == pytest.approx(1.0, rel=1e-6)
+    with pytest.raises(ValueError, match="voice"):
+        babble_noise([], 100, np.random.default_rng(0))
+
+
+def test_a_far_talker_keeps_the_level_and_rings_on_after_the_speech() -> None:
+    speech = np.zeros(8000)
+    speech[1000:3000] = np.sin(np.arange(2000) * 0.2) * 8000
+    far = far_talker(speech, np.random.default_rng(0), rt60_s=0.5)
+    assert len(far) == len(speech) + 8000 - 1
+    assert active_rms(far) == pytest.approx(active_rms(speech), rel=0.01)
+    after = far[3000 + 800 : 3000 + 1600]  # 50-100 ms after the speech stopped
+    assert np.sqrt(np.mean(after**2)) > 10 * np.sqrt(np.mean(speech[3800:4600] ** 2) + 1)

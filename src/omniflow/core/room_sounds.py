@@ -2,7 +2,9 @@
 
 What the hearing tests and benchmarks put around a spoken question: steady pink noise (equal
 energy per octave, like air flow and distant traffic), a fan (pink noise plus the hum of its
-motor and the blade rate's flutter), all deterministic for a given seed. :func:`mix_at_snr`
+motor and the blade rate's flutter), a motor (a whine whose pitch wanders, over low rumble),
+babble (other voices talking at once), and a far talker (the voice through a synthetic
+reverberant room), all deterministic for a given seed. :func:`mix_at_snr`
 scales the noise so that the speech's *active* level (its samples above -60 dBFS, the pauses
 left out, as in the speech benchmarks) stands ``snr_db`` above the noise's RMS, and reports the
 ratio it measured on the mix (the noise where no one speaks). No ROS imports, no I/O.
@@ -14,7 +16,15 @@ import math
 
 import numpy as np
 
-__all__ = ["active_rms", "fan_noise", "mix_at_snr", "pink_noise"]
+__all__ = [
+    "active_rms",
+    "babble_noise",
+    "fan_noise",
+    "far_talker",
+    "mix_at_snr",
+    "motor_noise",
+    "pink_noise",
+]
 
 _ACTIVE = 32768.0 * 10 ** (-60 / 20)  # samples above -60 dBFS are the voice
 
@@ -43,6 +53,59 @@ def fan_noise(
     )
     x = air + hum
     return x / float(np.sqrt(np.mean(x**2)))
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    return x / float(np.sqrt(np.mean(x**2)))
+
+
+def motor_noise(
+    n: int, rng: np.random.Generator, rate: int = 16_000, whine_hz: float = 180.0
+) -> np.ndarray:
+    """``n`` samples of a motor, unit RMS: a whine near ``whine_hz`` whose pitch wanders by
+    up to 10 % (load changes) with five harmonics, over pink rumble below it."""
+    t = np.arange(n) / rate
+    wander = 1.0 + 0.1 * np.sin(2 * np.pi * 0.3 * t + rng.uniform(0, 2 * np.pi))
+    phase = 2 * np.pi * np.cumsum(whine_hz * wander) / rate
+    whine = sum(np.sin(k * phase) / k for k in range(1, 6))
+    rumble = np.cumsum(pink_noise(n, rng))  # integrated: more low end
+    rumble -= np.convolve(rumble, np.ones(801) / 801, mode="same")  # no slow drift
+    return _unit(_unit(whine) + 0.7 * _unit(rumble))
+
+
+def babble_noise(voices: list[np.ndarray], n: int, rng: np.random.Generator) -> np.ndarray:
+    """``n`` samples of babble, unit RMS: the ``voices`` (int16-scale speech), each looped
+    from a random offset and given a random level within 6 dB, talking at once."""
+    if not voices:
+        raise ValueError("babble needs at least one voice")
+    x = np.zeros(n)
+    for voice in voices:
+        v = np.asarray(voice, dtype=np.float64)
+        start = int(rng.integers(len(v)))
+        looped = np.take(v, np.arange(start, start + n), mode="wrap")
+        x += _unit(looped) * 10 ** (rng.uniform(-6, 0) / 20)
+    return _unit(x)
+
+
+def far_talker(
+    speech: np.ndarray,
+    rng: np.random.Generator,
+    rate: int = 16_000,
+    rt60_s: float = 0.6,
+    direct_to_reverb_db: float = -3.0,
+) -> np.ndarray:
+    """``speech`` (int16 scale) as a microphone a few metres away hears it, float64, same
+    active level: the direct sound plus a reverberant tail (exponentially decaying noise,
+    ``rt60_s`` to fall 60 dB) ``direct_to_reverb_db`` relative to it; as long as the speech
+    plus the tail."""
+    n_tail = int(rt60_s * rate)
+    t = np.arange(n_tail) / rate
+    tail = rng.standard_normal(n_tail) * 10 ** (-3 * t / rt60_s)
+    tail[: int(0.005 * rate)] = 0.0  # the first reflections come after the direct sound
+    tail *= 10 ** (-direct_to_reverb_db / 20) / float(np.sqrt(np.sum(tail**2)))
+    response = np.concatenate([[1.0], tail[1:]])
+    wet = np.convolve(np.asarray(speech, dtype=np.float64), response)
+    return wet * active_rms(speech) / active_rms(wet)
 
 
 def active_rms(speech: np.ndarray) -> float:
