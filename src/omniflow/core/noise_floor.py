@@ -11,11 +11,11 @@ pause between words the smoothed level drops to the background, so the floor fin
 within ``history_s`` of it starting (or growing), and it never climbs into the speech while
 someone talks, because no one talks without a pause for seconds.
 
-A window is *loud enough* for speech when its level is at least ``margin_db`` above the floor;
-the voice detector takes a window as speech only when its engine says so *and* it is loud
-enough. Steady noise sits at the floor, so it is never speech for more than ``history_s``
-after it began; a voice 10 dB above it still clears the margin on its syllables. No ROS
-imports, no I/O.
+A window is *loud enough* for speech when its level is at least ``margin_db`` above the floor
+(``omniflow.engines.vad`` uses it: while speaking, a window that is not loud enough is
+silence, and a start needs one loud window). Steady noise sits at the floor, so it is never
+speech for more than ``history_s`` after it began; a voice 10 dB above it still clears the
+margin on its syllables. No ROS imports, no I/O.
 """
 
 from __future__ import annotations

@@ -60,9 +60,10 @@ ENGINE_PARAMS = (
     ParamSpec(
         "vad.noise.margin_db",
         6.0,
-        "A window is speech only when the detector says so and it is at least this far above "
-        "the room's noise floor (tracked over vad.noise.history_s), so steady noise (a fan, "
-        "pink noise) never passes for speech without end; 0 turns the floor gate off",
+        "How far above the room's noise floor (tracked over vad.noise.history_s) a window "
+        "must be: speech starts only with such a window and ends when none comes, so steady "
+        "noise (a fan, pink noise) never passes for speech without end; 0 turns the floor "
+        "gate off (benchmarks/vad_noise.py)",
         unit="dB",
         minimum=0.0,
         maximum=30.0,

@@ -19,10 +19,13 @@ through one small state machine shared by the engines:
 - ``hangover_ms``: the end is stamped this long after the last speech window (at most
   ``min_silence_ms``), so soft word tails the engine misses stay inside the utterance.
 
-Before that, with ``noise_margin_db`` > 0, a window counts as speech only when it is also that
-far above the room's noise floor (:class:`~omniflow.core.noise_floor.NoiseFloor`, tracked over
-``noise_history_s``): webrtcvad alone takes steady pink or fan noise at 10 dB SNR for speech
-that never ends; with the floor gate the noise ends within ``noise_history_s`` and the question
+With ``noise_margin_db`` > 0 the room's noise floor gates the engine
+(:class:`~omniflow.core.noise_floor.NoiseFloor`, tracked over ``noise_history_s``): a run of
+speech windows starts speech only once one of its windows is that far above the floor, and
+reaches back at most ``min_speech_ms`` before it (so a soft first syllable keeps the engine's
+timing, and noise before the voice is not taken in); while speaking, a window that is not that
+loud counts as silence. webrtcvad alone takes steady pink or fan noise at 10 dB SNR for speech
+that never ends; with the gate the noise ends within ``noise_history_s`` and the question
 inside it is still found (``benchmarks/vad_noise.py``).
 
 Engines:
