@@ -407,7 +407,7 @@ def print_summary(result: SessionResult) -> dict[str, Path]:
             f"(of {entry['candidates']} candidates)" + (f": {seen}" if seen else "")
         )
     turns = report.responses(run)
-    print("\nresponse:" if turns else "\nresponse: n/a (the dialogue node published no answer)")
+    print("\nresponse:" if turns else f"\nresponse: none ({report.why_no_answer(run)})")
     for turn in turns:
         print(f"  turn {turn['turn_id']}: {turn['text']}")
     for topic, counts in report.delivered(run).items():

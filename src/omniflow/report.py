@@ -166,6 +166,34 @@ def states(run: Run, topic: str, field_name: str) -> list[dict]:
     return out
 
 
+# Dialogue states by their DialogueState constant.
+_STATE_NAMES = ("LISTENING", "USER_SPEAKING", "THINKING", "SPEAKING", "INTERRUPTED")
+
+
+def why_no_answer(run: Run) -> str:
+    """Why a run has no response, from what the dialogue node and fusion published: a node
+    that published its state ran, and is never said to be missing."""
+    sequence = states(run, "dialogue_state", "state")
+    if not sequence:
+        return (
+            "no dialogue_state was received: the dialogue node did not run, or its state "
+            "did not reach this process"
+        )
+    names = [_STATE_NAMES[e["state"]] if e["state"] < len(_STATE_NAMES) else "?" for e in sequence]
+    ran = f"the dialogue node ran (states: {' -> '.join(names)}) but answered nothing: "
+    finals = transcripts(run)
+    if finals:
+        if "THINKING" not in names:
+            return ran + f"{len(finals)} final transcript(s) came but no turn started"
+        return ran + "a turn started but no response text was published"
+    if names[-1] == "USER_SPEAKING":
+        return ran + (
+            "the user's speech never ended, so no final transcript came (steady noise taken "
+            "for speech? see the fusion node's vad.noise.margin_db)"
+        )
+    return ran + "no final transcript came, so there was nothing to answer"
+
+
 # ----------------------------------------------------------------------------- latency
 def _header_minus(
     topic: str, other: Callable[[object], int], keep: Callable[[object], bool] = lambda m: True
@@ -336,10 +364,6 @@ def _level_db(run: Run, topic: str) -> tuple[list[float], list[float]]:
         times.append(run.seconds(stamp_ns(m.header.stamp)))
         levels.append(20 * np.log10(max(rms, 1e-5)))
     return times, levels
-
-
-# Dialogue states by their DialogueState constant.
-_STATE_NAMES = ("LISTENING", "USER_SPEAKING", "THINKING", "SPEAKING", "INTERRUPTED")
 
 
 def timeline_figure(run: Run):

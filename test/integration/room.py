@@ -28,9 +28,22 @@ ROBOT_TEXT = (
 class Room:
     """A microphone in a room: every 40 ms (paced, continuous stamps) a chunk of what the
     speaker played ``delay_ms`` earlier, attenuated, with one reflection, plus noise, plus
-    the user's recording once :meth:`user_speaks` was called."""
+    the user's recording once :meth:`user_speaks` was called.
 
-    def __init__(self, node, namespace: str, delay_ms: float = 80.0, gain: float = 0.5):
+    ``user``: the user's recording (16 kHz int16; default hello.wav at 0.8); ``noise``: a
+    background the room plays on a loop from the first chunk (float samples at the scale
+    they are heard, e.g. a fan from ``omniflow.core.room_sounds``)."""
+
+    def __init__(
+        self,
+        node,
+        namespace: str,
+        delay_ms: float = 80.0,
+        gain: float = 0.5,
+        *,
+        user: np.ndarray | None = None,
+        noise: np.ndarray | None = None,
+    ):
         self.node = node
         self._pub = node.create_publisher(AudioChunk, f"{namespace}/audio", SENSOR_DATA)
         self._played = EchoReference(history_ms=3000)
@@ -41,9 +54,12 @@ class Room:
         self._delay_ns = int(delay_ms * 1e6)
         self._gain = gain
         self._rng = np.random.default_rng(0)
-        user, rate = soundfile.read(HELLO, dtype="int16")
-        assert rate == RATE
-        self._user = user.astype(np.float64) * 0.8
+        if user is None:
+            user, rate = soundfile.read(HELLO, dtype="int16")
+            assert rate == RATE
+            user = user * 0.8
+        self._user = np.asarray(user, dtype=np.float64)
+        self._noise = None if noise is None else np.asarray(noise, dtype=np.float64)
         frames = self._user[: len(self._user) // 160 * 160].reshape(-1, 160)
         power = (frames**2).mean(axis=1)
         #: Where the voice starts in the recording: the first 10 ms frame within 35 dB of
@@ -78,6 +94,9 @@ class Room:
             reflection = self._played.window(stamp_ns - self._delay_ns - 15_000_000, CHUNK)
         x = self._gain * (direct + 0.4 * reflection)
         x += self._rng.standard_normal(CHUNK) * 30.0
+        if self._noise is not None:
+            start = (stamp_ns - self.first_stamp_ns) // CHUNK_NS * CHUNK % len(self._noise)
+            x += np.take(self._noise, np.arange(start, start + CHUNK), mode="wrap")
         if self._user_start_ns is not None:
             offset = (stamp_ns - self._user_start_ns) * RATE // 1_000_000_000
             lo, hi = max(offset, 0), min(offset + CHUNK, len(self._user))

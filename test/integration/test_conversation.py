@@ -28,11 +28,16 @@ from omniflow.ros.qos import EVENTS, LATCHED
 class Conversation:
     """fusion + dialogue + speech in one namespace, with the room as their microphone."""
 
-    def __init__(self, ros_node, start_node):
+    def __init__(self, ros_node, start_node, *, fusion_params=None, **room_options):
+        """``fusion_params``: more parameters of the fusion node; ``room_options``: the
+        room's (:class:`room.Room`)."""
         self.node = ros_node
         ns = self.namespace = f"/t{uuid.uuid4().hex[:6]}"
         self.fusion = start_node(
-            "omniflow.nodes.fusion", "fusion", {"vision.enabled": False}, namespace=ns
+            "omniflow.nodes.fusion",
+            "fusion",
+            {"vision.enabled": False, **(fusion_params or {})},
+            namespace=ns,
         )
         self.dialogue = start_node(
             "omniflow.nodes.dialogue", "dialogue", dialogue_params(), namespace=ns
@@ -45,7 +50,7 @@ class Conversation:
         self.said = TopicRecorder(ros_node, Transcript, f"{ns}/user_said", EVENTS)
         self.activity = TopicRecorder(ros_node, VoiceActivity, f"{ns}/voice_activity", EVENTS)
         self.client = ActionClient(ros_node, Converse, f"{ns}/converse")
-        self.room = Room(ros_node, ns)
+        self.room = Room(ros_node, ns, **room_options)
         assert self.client.wait_for_server(timeout_sec=90), self.dialogue.output()
         self.fusion_status.wait_until(
             lambda ms: any(json.loads(m.data)["state"] == "active" for m in ms),
@@ -75,6 +80,21 @@ class Conversation:
         assert handle.accepted
         return handle
 
+    def answer(self) -> tuple[int, str]:
+        """The turn the dialogue starts next (it thinks) and its whole streamed answer."""
+        turn = self.states.wait_until(
+            lambda ms: any(m.state == DialogueState.THINKING for m in ms),
+            timeout=30,
+            what="thinking",
+        )
+        turn_id = [m for m in turn if m.state == DialogueState.THINKING][-1].turn_id
+        self.chunks.wait_until(
+            lambda ms: any(c.turn_id == turn_id and c.is_final for c in ms),
+            timeout=ANSWER_TIMEOUT_S,
+            what="the whole answer",
+        )
+        return turn_id, "".join(c.text_delta for c in self.chunks.messages if c.turn_id == turn_id)
+
     def outputs(self) -> str:
         return "\n".join(
             f"--- {p.spec.name}\n{p.output()[-1500:]}"
@@ -94,18 +114,7 @@ def test_a_spoken_question_gets_a_streamed_spoken_answer(ros_node, start_node):
         )
         question = said[-1]
         assert question.text.strip()
-        turn = talk.states.wait_until(
-            lambda ms: any(m.state == DialogueState.THINKING for m in ms),
-            timeout=30,
-            what="thinking",
-        )
-        turn_id = [m for m in turn if m.state == DialogueState.THINKING][-1].turn_id
-        talk.chunks.wait_until(
-            lambda ms: any(c.turn_id == turn_id and c.is_final for c in ms),
-            timeout=ANSWER_TIMEOUT_S,
-            what="the whole answer",
-        )
-        answer = "".join(c.text_delta for c in talk.chunks.messages if c.turn_id == turn_id)
+        turn_id, answer = talk.answer()
         assert answer.strip()
         talk.speech_states.wait_until(
             lambda ms: any(m.speaking and m.turn_id == turn_id for m in ms),

@@ -1,5 +1,6 @@
 """Tier 3: the bundled session replayed through the graph on /clock, its outputs compared with
-the golden file (`make golden` rewrites it on purpose; review the diff)."""
+the golden file (`make golden` rewrites it on purpose; review the diff), and its final
+transcripts with the words spoken in it (word error rate at most regression.MAX_WER)."""
 
 from __future__ import annotations
 

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import soundfile
 
+from omniflow.core.room_sounds import fan_noise, mix_at_snr, pink_noise
 from omniflow.core.timing import NS_PER_SAMPLE
 from omniflow.engines.vad import (
     VAD_ENGINES,
@@ -54,10 +55,14 @@ def hello() -> np.ndarray:
 
 
 def run(
-    vad: VoiceActivityDetector, samples: np.ndarray, chunk: int = 640, base_ns: int = BASE_NS
+    vad: VoiceActivityDetector,
+    samples: np.ndarray,
+    chunk: int = 640,
+    base_ns: int = BASE_NS,
+    tail_s: float = 1.0,
 ) -> list[VadEvent]:
-    """Feed ``samples`` in chunks stamped from ``base_ns``, then 1 s of silence to close."""
-    tail = np.zeros(16_000, dtype=np.int16)
+    """Feed ``samples`` in chunks stamped from ``base_ns``, then ``tail_s`` of silence."""
+    tail = np.zeros(round(16_000 * tail_s), dtype=np.int16)
     stream = np.concatenate([samples, tail])
     events: list[VadEvent] = []
     for i in range(0, len(stream), chunk):
@@ -226,3 +231,85 @@ def test_a_window_straddling_two_chunks_is_stamped_from_its_first_sample() -> No
     assert vad.process(np.zeros(640, dtype=np.int16), 1_000) == []  # 160 samples left over
     # the leftover 160 zeros and 320 ones make the window starting at sample 480 of chunk 1
     assert vad.process(tone, 90_000_000) == [VadEvent("start", 1_000 + 480 * NS_PER_SAMPLE)]
+
+
+# ----------------------------------------------------------------------------- steady noise
+def in_noise(hello: np.ndarray, make_noise, snr_db: float, seed: int) -> np.ndarray:
+    """hello.wav's speech (0.5-3.2 s) from 2.5 s into 7 s of room noise at ``snr_db``."""
+    noise = make_noise(7 * 16_000, np.random.default_rng(seed))
+    mix, measured = mix_at_snr(hello, noise, snr_db, at=2 * 16_000)
+    assert measured == pytest.approx(snr_db, abs=0.5)
+    return mix
+
+
+@pytest.mark.parametrize("make_noise", [pink_noise, fan_noise], ids=["pink", "fan"])
+def test_webrtc_alone_takes_steady_noise_at_10_db_for_speech_without_end(
+    make_noise, hello: np.ndarray
+) -> None:
+    """What the floor gate is for: no end event after the question, however long the noise."""
+    vad = make_vad("webrtc", min_speech_ms=60, min_silence_ms=400)
+    events = seconds(run(vad, in_noise(hello, make_noise, 10.0, 1), tail_s=0.0))
+    assert events[0][0] == "start" and events[0][1] < 2.0, events  # long before the question
+    assert vad.is_speech, events  # and still open at the end of the noise
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("make_noise", [pink_noise, fan_noise], ids=["pink", "fan"])
+@pytest.mark.parametrize("engine", ENGINES)
+def test_with_the_floor_gate_only_the_question_in_10_db_noise_is_speech(
+    engine: str, make_noise, seed: int, hello: np.ndarray
+) -> None:
+    vad = make_vad(engine, min_speech_ms=60, min_silence_ms=400, noise_margin_db=6.0)
+    events = seconds(run(vad, in_noise(hello, make_noise, 10.0, seed), tail_s=0.0))
+    # Its two sentences, as one utterance or two; nothing before or after them.
+    assert [kind for kind, _ in events] in (["start", "end"], ["start", "end"] * 2), events
+    assert events[0][1] == pytest.approx(2.5, abs=0.2), events
+    assert events[-1][1] == pytest.approx(5.2, abs=0.4), events
+    assert not vad.is_speech and vad.noise_floor_dbfs is not None
+
+
+@pytest.mark.parametrize("gain", [1.0, 0.03])  # 0.03: about -40 dBFS, a voice across a room
+@pytest.mark.parametrize("engine", ENGINES)
+def test_the_floor_gate_keeps_clean_and_quiet_speech_as_it_was(
+    engine: str, gain: float, hello: np.ndarray
+) -> None:
+    quiet = np.rint(hello * gain).astype(np.int16)
+    quiet = np.concatenate([np.zeros(8000, dtype=np.int16), quiet])  # 1 s before the voice
+    plain = seconds(run(make_vad(engine), quiet))
+    gated = seconds(run(make_vad(engine, noise_margin_db=6.0), quiet))
+    # The same onset and end; the pause between the sentences (digital silence) may split it.
+    assert gated[0] == ("start", pytest.approx(plain[0][1], abs=0.05)), (gated, plain)
+    assert gated[-1] == ("end", pytest.approx(plain[-1][1], abs=0.15)), (gated, plain)
+    assert len(gated) <= 4
+
+
+def test_a_bad_noise_margin_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="margin_db"):
+        make_vad("webrtc", noise_margin_db=-1.0)
+
+
+class AlwaysSpeech(VoiceActivityDetector):
+    """An engine that takes everything for speech (as webrtcvad does steady noise)."""
+
+    def _window_is_speech(self, window: np.ndarray) -> bool:
+        return True
+
+
+def levels_stream(levels: list[tuple[float, float]]) -> np.ndarray:
+    """White noise of the given (seconds, RMS) runs, 16 kHz int16."""
+    rng = np.random.default_rng(0)
+    parts = [rng.normal(0.0, rms, round(s * 16_000)) for s, rms in levels]
+    return np.rint(np.concatenate(parts)).astype(np.int16)
+
+
+def test_the_floor_gate_ends_speech_the_engine_never_ends_and_starts_it_only_when_loud() -> None:
+    vad = AlwaysSpeech(480, min_speech_ms=60, min_silence_ms=300, noise_margin_db=6.0)
+    # 2 s of steady noise, 1 s of a voice 20 dB above it, 2 s of the noise again.
+    stream = levels_stream([(2.0, 100.0), (1.0, 1000.0), (2.0, 100.0)])
+    events = seconds(run(vad, stream, tail_s=0.0))
+    # The start reaches back at most min_speech_ms (+ a window) before the loud voice at 2 s,
+    # not into the noise before it (the engine called all of it speech).
+    assert [kind for kind, _ in events] == ["start", "end"], events
+    assert 2.0 - 0.09 <= events[0][1] <= 2.0, events
+    assert events[1][1] == pytest.approx(3.06, abs=0.04), events
+    assert not vad.is_speech

@@ -364,8 +364,8 @@ PIPELINE_PARAMS = (
         "vad.max_utterance_s",
         15.0,
         "Speech longer than this is cut: the transcript is "
-        "finalised and the VAD reset (webrtc's noise model can drift into taking steady "
-        "noise for endless speech; this bounds the recogniser's memory)",
+        "finalised and the VAD reset (a last resort: the VAD's noise-floor gate, "
+        "vad.noise.margin_db, ends steady noise; this bounds the recogniser's memory)",
         unit="s",
         minimum=2.0,
         maximum=120.0,

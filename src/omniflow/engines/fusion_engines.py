@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from omniflow.core.echo import EchoGate, EchoReference
 from omniflow.core.fusion_pipeline import EchoStage, FusionEngines
 from omniflow.core.lexicon import WordSpace
-from omniflow.core.params import ParamSpec
+from omniflow.core.params import ParamSpec, defaults
 from omniflow.core.timing import SAMPLE_RATE
 from omniflow.engines.asr import ASR_ENGINES, Recognizer, make_recognizer
 from omniflow.engines.embedding import TextEmbedder, load_word_space
@@ -55,6 +55,28 @@ ENGINE_PARAMS = (
         unit="ms",
         minimum=100,
         maximum=3000,
+        read_only=True,
+    ),
+    ParamSpec(
+        "vad.noise.margin_db",
+        6.0,
+        "How far above the room's noise floor (tracked over vad.noise.history_s) a window "
+        "must be: speech starts only with such a window and ends when none comes, so steady "
+        "noise (a fan, pink noise) never passes for speech without end; 0 turns the floor "
+        "gate off (benchmarks/vad_noise.py)",
+        unit="dB",
+        minimum=0.0,
+        maximum=30.0,
+        read_only=True,
+    ),
+    ParamSpec(
+        "vad.noise.history_s",
+        1.5,
+        "The noise floor is the lowest smoothed level of this much audio: the longest a new "
+        "steady noise can pass for speech (longer than a stretch of speech without a pause)",
+        unit="s",
+        minimum=0.3,
+        maximum=10.0,
         read_only=True,
     ),
     ParamSpec(
@@ -204,15 +226,27 @@ def make_fusion_engines(
     vad_engine: str,
     min_speech_ms: float,
     min_silence_ms: float,
+    noise_margin_db: float | None = None,
+    noise_history_s: float | None = None,
     recognizer: Callable[[], Recognizer] | None = None,
     vision: Callable[[], VisionEncoder] | None = None,
     echo: EchoSettings | None = None,
     words: Callable[[], WordSpace] | None = None,
 ) -> FusionEngines:
-    """The engines: a ``vad_engine`` VAD with these timings, the recogniser, vision
-    encoder and word space the factories make (none without one) and an echo stage with
-    ``echo``."""
-    timing = {"min_speech_ms": float(min_speech_ms), "min_silence_ms": float(min_silence_ms)}
+    """The engines: a ``vad_engine`` VAD with these timings and noise-floor gate (None: the
+    ``vad.noise.*`` parameters' defaults), the recogniser, vision encoder and word space the
+    factories make (none without one) and an echo stage with ``echo``."""
+    default = defaults(ENGINE_PARAMS)
+    timing = {
+        "min_speech_ms": float(min_speech_ms),
+        "min_silence_ms": float(min_silence_ms),
+        "noise_margin_db": float(
+            default["vad.noise.margin_db"] if noise_margin_db is None else noise_margin_db
+        ),
+        "noise_history_s": float(
+            default["vad.noise.history_s"] if noise_history_s is None else noise_history_s
+        ),
+    }
     vad = make_vad(vad_engine, **timing)
     asr = recognizer() if recognizer is not None else None
     encoder = vision() if vision is not None else None
@@ -273,6 +307,8 @@ def fusion_engines_from_params(
         vad_engine=p["vad.engine"],
         min_speech_ms=p["vad.min_speech_ms"],
         min_silence_ms=p["vad.min_silence_ms"],
+        noise_margin_db=p["vad.noise.margin_db"],
+        noise_history_s=p["vad.noise.history_s"],
         recognizer=recognizer,
         vision=(vision_factory or vision) if p["vision.enabled"] else None,
         echo=echo,

@@ -19,6 +19,15 @@ through one small state machine shared by the engines:
 - ``hangover_ms``: the end is stamped this long after the last speech window (at most
   ``min_silence_ms``), so soft word tails the engine misses stay inside the utterance.
 
+With ``noise_margin_db`` > 0 the room's noise floor gates the engine
+(:class:`~omniflow.core.noise_floor.NoiseFloor`, tracked over ``noise_history_s``): a run of
+speech windows starts speech only once one of its windows is that far above the floor, and
+reaches back at most ``min_speech_ms`` before it (so a soft first syllable keeps the engine's
+timing, and noise before the voice is not taken in); while speaking, a window that is not that
+loud counts as silence. webrtcvad alone takes steady pink or fan noise at 10 dB SNR for speech
+that never ends; with the gate the noise ends within ``noise_history_s`` and the question
+inside it is still found (``benchmarks/vad_noise.py``).
+
 Engines:
 
 - :class:`WebRtcVad` (``"webrtc"``, the default): ``webrtcvad-wheels``, the GMM detector of
@@ -42,6 +51,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from omniflow.core.noise_floor import NoiseFloor
 from omniflow.core.timing import NS_PER_SAMPLE, SAMPLE_RATE
 from omniflow.errors import AudioFormatError, ConfigError, EngineError
 
@@ -105,7 +115,8 @@ class VoiceActivityDetector(abc.ABC):
     """Speech start/end events from 16 kHz int16 chunks of any length, in stream time.
 
     Subclasses give the engine's window length and a per-window decision
-    (:meth:`_window_is_speech`); this class re-chunks, stamps and debounces. Not
+    (:meth:`_window_is_speech`); this class re-chunks, stamps and debounces, and with
+    ``noise_margin_db`` > 0 gates the engine by the room's noise floor (see the module). Not
     thread-safe: one detector per audio stream, called from one thread.
     """
 
@@ -116,8 +127,22 @@ class VoiceActivityDetector(abc.ABC):
         min_speech_ms: float = 90.0,
         min_silence_ms: float = 300.0,
         hangover_ms: float = 60.0,
+        noise_margin_db: float = 0.0,
+        noise_history_s: float = 1.5,
     ) -> None:
         self._window = int(window_samples)
+        try:
+            self._floor = (
+                NoiseFloor(
+                    self._window / SAMPLE_RATE,
+                    history_s=noise_history_s,
+                    margin_db=noise_margin_db,
+                )
+                if noise_margin_db != 0
+                else None
+            )
+        except ValueError as err:
+            raise ConfigError(f"noise floor of the VAD: {err}") from err
         self._min_speech = _ms_to_samples("min_speech_ms", min_speech_ms)
         self._min_silence = _ms_to_samples("min_silence_ms", min_silence_ms)
         self._hangover = _ms_to_samples("hangover_ms", hangover_ms)
@@ -130,6 +155,7 @@ class VoiceActivityDetector(abc.ABC):
         self._speaking = False
         self._run_start_ns: int | None = None  # first window of the current speech run
         self._run_samples = 0
+        self._run_loud = False
         self._last_speech_end_ns = 0
         self._silence_samples = 0
 
@@ -149,8 +175,22 @@ class VoiceActivityDetector(abc.ABC):
         self._speaking = False
         self._run_start_ns = None
         self._run_samples = 0
+        self._run_loud = False
         self._silence_samples = 0
+        if self._floor is not None:
+            self._floor.reset()
         self._reset_engine()
+
+    @property
+    def noise_floor_dbfs(self) -> float | None:
+        """The room's noise floor the detector tracks (None: no floor gate, or no audio yet)."""
+        return self._floor.floor_dbfs if self._floor is not None else None
+
+    def _judge(self, window: np.ndarray) -> tuple[bool, bool]:
+        """The engine's decision, and whether the window is loud enough over the noise floor
+        (always, when no floor is tracked)."""
+        speech = self._window_is_speech(window)
+        return speech, self._floor is None or self._floor.admits(window)
 
     def process(
         self, samples: np.ndarray, stamp_ns: int, *, sample_rate: int = SAMPLE_RATE
@@ -186,9 +226,7 @@ class VoiceActivityDetector(abc.ABC):
         while start + self._window <= len(buf):
             window = buf[start : start + self._window]
             t0 = stamp_of(start)
-            event = self._step(
-                self._window_is_speech(window), t0, t0 + self._window * NS_PER_SAMPLE
-            )
+            event = self._step(*self._judge(window), t0, t0 + self._window * NS_PER_SAMPLE)
             if event is not None:
                 events.append(event)
             start += self._window
@@ -196,29 +234,41 @@ class VoiceActivityDetector(abc.ABC):
         self._buf = buf[start:].copy()
         return events
 
-    def _step(self, speech: bool, t0: int, t1: int) -> VadEvent | None:
-        """Advance the debounce state machine by one window [t0, t1)."""
+    def _step(self, speech: bool, loud: bool, t0: int, t1: int) -> VadEvent | None:
+        """Advance the debounce state machine by one window [t0, t1): the engine's ``speech``
+        and whether the window is ``loud`` enough over the noise floor. A run of speech
+        windows starts speech once it is ``min_speech_ms`` long and one of its windows was
+        loud (a voice's first syllable may be soft, so the start keeps the engine's timing);
+        while speaking, a window that is not loud counts as silence (so noise ends)."""
         n = self._window
         if not self._speaking:
             if not speech:
-                self._run_start_ns, self._run_samples = None, 0
+                self._run_start_ns, self._run_samples, self._run_loud = None, 0, False
                 return None
             if self._run_start_ns is None:
                 self._run_start_ns = t0
             self._run_samples += n
+            self._run_loud = self._run_loud or loud
+            if not self._run_loud:
+                # Not loud yet (the engine may be hearing noise): the run that a loud window
+                # confirms reaches back at most min_speech_ms, not into the noise before it.
+                if self._run_samples > max(self._min_speech, n):
+                    self._run_start_ns += n * NS_PER_SAMPLE
+                    self._run_samples -= n
+                return None
             if self._run_samples < max(self._min_speech, 1):
                 return None
             self._speaking = True
             self._last_speech_end_ns, self._silence_samples = t1, 0
             return VadEvent("start", self._run_start_ns)
-        if speech:
+        if speech and loud:
             self._last_speech_end_ns, self._silence_samples = t1, 0
             return None
         self._silence_samples += n
         if self._silence_samples < max(self._min_silence, 1):
             return None
         self._speaking = False
-        self._run_start_ns, self._run_samples = None, 0
+        self._run_start_ns, self._run_samples, self._run_loud = None, 0, False
         return VadEvent("end", self._last_speech_end_ns + self._hangover * NS_PER_SAMPLE)
 
     @abc.abstractmethod

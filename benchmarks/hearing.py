@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""Hearing in rooms: the default recogniser's word error rate and final latency per condition
+(issue 16, point 1).
+
+Method (prints one JSON object):
+
+- Speech: espeak-ng says ``benchmarks/asr.py``'s open sentences (``OPEN``) and two of its
+  commands, each in one of ``VOICES`` (espeak-ng variants, by turns), 150 words/min, 16 kHz
+  (scripts/make_sample_audio.py's ``synthesise``).
+- Rooms: each sentence is placed 0.3 s into noise (``omniflow.core.room_sounds``): a fan,
+  a motor, or babble (three other espeak-ng voices saying other sentences at once), at 20, 10
+  and 5 dB SNR (the sentence's active level over the noise RMS, measured on the mix), seeded;
+  ``near`` is the dry voice, ``far`` the voice through a synthetic reverberant room (RT60
+  0.6 s, direct-to-reverberant -3 dB) before the noise is added.
+- Sources: ``16k`` as captured; ``8k`` the same room through a telephone-band source (the mix
+  resampled to 8 kHz and back to 16 kHz, as the capture node does for an 8 kHz microphone).
+- Recogniser: Whisper tiny.en as the fusion node runs it by default (``WhisperRecognizer``,
+  2 threads), streamed with ``benchmarks/asr.py``'s ``stream``: 40 ms chunks at real time,
+  then ``end()`` and ``poll_final()`` every 10 ms; the noise goes on for ``--tail-ms`` after
+  the speech (the VAD's closing silence).
+- Figures per condition: word error rate over its sentences (edits / reference words, after
+  ``omniflow.core.text.words``) and the final's latency after ``end()`` (median, p90); and per
+  rate and SNR over all rooms. ``--quick`` keeps 10 dB and the fan only.
+
+A benchmark prints figures; it does not fail on a slow machine. Run from the repository root
+(about 10 minutes; real-time pacing)::
+
+    .venv/bin/python benchmarks/hearing.py --json build/bench/hearing.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from _common import ratio, summary, write_result
+from asr import COMMANDS, OPEN, RATE, stream
+from scipy.signal import resample_poly
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+from make_sample_audio import synthesise  # noqa: E402
+
+from omniflow.core.room_sounds import (  # noqa: E402
+    babble_noise,
+    fan_noise,
+    far_talker,
+    mix_at_snr,
+    motor_noise,
+)
+from omniflow.core.text import edit_distance, words  # noqa: E402
+from omniflow.engines.asr import WhisperRecognizer  # noqa: E402
+
+SENTENCES = (*OPEN, COMMANDS[1], COMMANDS[4])
+VOICES = ("en-us", "en-us+f3", "en-gb", "en-us+m7")
+BABBLE_LINES = (
+    "I think the meeting moved to Thursday afternoon.",
+    "Could you pass me the salt and the pepper?",
+    "The train was late again this morning.",
+)
+SNRS_DB = (20.0, 10.0, 5.0)
+LEAD_S = 0.3
+
+
+def make_noises(n: int, seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    voices = [
+        synthesise(line, voice=voice, words_per_minute=170)
+        for line, voice in zip(BABBLE_LINES, ("en-gb", "en-us+f2", "en-us+m3"), strict=True)
+    ]
+    return {
+        "fan": fan_noise(n, rng),
+        "motor": motor_noise(n, rng),
+        "babble": babble_noise(voices, n, rng),
+    }
+
+
+def room(
+    speech: np.ndarray, noise: np.ndarray, snr_db: float, far: bool, rate: int, seed: int
+) -> tuple[np.ndarray, float]:
+    """The microphone's 16 kHz int16 stream for one sentence in one condition, and the SNR
+    measured on the mix."""
+    voice = far_talker(speech, np.random.default_rng(seed)) if far else speech
+    mix, measured = mix_at_snr(voice, noise, snr_db, at=round(LEAD_S * RATE))
+    if rate == 8000:
+        band = resample_poly(mix.astype(np.float64), 1, 2)
+        mix = np.clip(np.rint(resample_poly(band, 2, 1)), -32768, 32767).astype(np.int16)
+    return mix, measured
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tail-ms", type=int, default=400, help="noise after the speech")
+    parser.add_argument("--quick", action="store_true", help="10 dB and the fan only")
+    parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    args = parser.parse_args(argv)
+    speech = [
+        (text, synthesise(text, voice=VOICES[i % len(VOICES)], words_per_minute=150))
+        for i, text in enumerate(SENTENCES)
+    ]
+    longest = max(len(s) for _, s in speech) + round((LEAD_S + 0.6) * RATE)
+    length = longest + args.tail_ms * RATE // 1000
+    noises = make_noises(length, seed=7)
+    if args.quick:
+        noises = {"fan": noises["fan"]}
+    snrs = (10.0,) if args.quick else SNRS_DB
+    rec = WhisperRecognizer(threads=2)
+    conditions: list[dict[str, Any]] = []
+    snr_errors: list[float] = []
+    try:
+        for rate, (noise_name, noise), snr, far in itertools.product(
+            (16_000, 8000), noises.items(), snrs, (False, True)
+        ):
+            errors = total = 0
+            latencies: list[float] = []
+            texts = []
+            for i, (text, samples) in enumerate(speech):
+                # Each sentence its own stretch of the noise, as long as it needs.
+                span = len(samples) + round((LEAD_S + (0.6 if far else 0.0)) * RATE)
+                span += args.tail_ms * RATE // 1000
+                offset = (i * 7919) % (len(noise) - span + 1)
+                mix, measured = room(samples, noise[offset : offset + span], snr, far, rate, i)
+                snr_errors.append(abs(measured - snr))
+                out = stream(rec, mix)
+                ref, hyp = words(text), words(out["text"])
+                errors += edit_distance(ref, hyp)
+                total += len(ref)
+                latencies.append(out["latency_ns"] / 1e6)
+                texts.append([text, out["text"]])
+            conditions.append(
+                {
+                    "rate_hz": rate,
+                    "noise": noise_name,
+                    "snr_db": snr,
+                    "distance": "far" if far else "near",
+                    "wer": ratio(errors, total),
+                    "errors": errors,
+                    "words": total,
+                    "final_latency_ms": summary(latencies, 1),
+                    "texts": texts,
+                }
+            )
+            print(
+                f"{rate} Hz {noise_name} {snr:g} dB {'far' if far else 'near'}: "
+                f"WER {conditions[-1]['wer']}",
+                file=sys.stderr,
+                flush=True,
+            )
+    finally:
+        rec.close()
+
+    def pooled(keep) -> dict[str, Any]:
+        chosen = [c for c in conditions if keep(c)]
+        e, n = sum(c["errors"] for c in chosen), sum(c["words"] for c in chosen)
+        return {"wer": ratio(e, n), "words": n}
+
+    by_rate_snr = {
+        f"{rate} Hz, {snr:g} dB": pooled(
+            lambda c, r=rate, s=snr: (c["rate_hz"], c["snr_db"]) == (r, s)
+        )
+        for rate in (16_000, 8000)
+        for snr in snrs
+    }
+    result = {
+        "recogniser": "whisper tiny.en, 2 threads, beam 5 (the fusion node's default)",
+        "voices": list(VOICES),
+        "sentences": len(SENTENCES),
+        "tail_ms": args.tail_ms,
+        "snr_error_db": summary(snr_errors, 2, figures=("median", "max")),
+        "by_rate_and_snr": by_rate_snr,
+        "conditions": conditions,
+    }
+    write_result(result, args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
