@@ -8,7 +8,7 @@ For every sentence, as the dialogue node sees it: the words arrive as partial tr
 ``User:`` line ends there). Finished turns are questions and requests, some without their
 full stop; unfinished ones are the same kind of sentences cut where people pause to find a
 word ("I would like the"), some with the full stop or ellipsis a recogniser puts at the end
-of a fragment. What is scored is ``scored_text`` of each (trailing full stops left out).
+of a fragment. What is scored is ``without_closing_stop`` of each (trailing full stops left out).
 Printed per sentence: the probability and the wait of ``EndOfTurnPolicy`` (the
 ``end_of_turn.*`` defaults, or ``--threshold``); in the summary: the lowest finished score,
 the highest unfinished one, how many of each got the wrong wait, and the time of the final
@@ -29,7 +29,7 @@ from pathlib import Path
 
 from _common import summary, write_result
 
-from omniflow.core.end_of_turn import END_OF_TURN_PARAMS, EndOfTurnPolicy, scored_text
+from omniflow.core.end_of_turn import END_OF_TURN_PARAMS, EndOfTurnPolicy, without_closing_stop
 from omniflow.core.params import defaults
 from omniflow.core.prompt import Prompt
 from omniflow.engines.llm import LLM_PARAMS, make_backend
@@ -78,7 +78,7 @@ def final_score(backend, system: str, text: str, *, partials: bool) -> tuple[flo
             backend.warm(Prompt(system=system, user=" ".join(words[:n])))
     t0 = time.perf_counter()
     probability = backend.turn_end_probability(
-        Prompt(system=system, user=scored_text(text)), threading.Event()
+        Prompt(system=system, user=without_closing_stop(text)), threading.Event()
     )
     return probability, time.perf_counter() - t0
 

@@ -18,7 +18,7 @@ from omniflow.core.dialogue import (
     UserSaid,
     Warm,
 )
-from omniflow.core.end_of_turn import END_OF_TURN_PARAMS, EndOfTurnPolicy, scored_text
+from omniflow.core.end_of_turn import END_OF_TURN_PARAMS, EndOfTurnPolicy, without_closing_stop
 from omniflow.core.params import defaults
 
 POLICY = EndOfTurnPolicy.default()
@@ -68,7 +68,7 @@ def test_the_wait_follows_the_end_of_turn_probability(probability, wait_s):
     ],
 )
 def test_the_recognisers_closing_full_stop_is_not_scored(text, scored):
-    assert scored_text(text) == scored
+    assert without_closing_stop(text) == scored
 
 
 def test_a_final_is_scored_without_its_closing_full_stop():
@@ -126,6 +126,19 @@ def test_an_unfinished_sentence_waits_and_the_user_going_on_makes_one_turn():
     actions = dm.turn_score(2, COMPLETE, 2.65)
     assert of(actions, StartTurn) == [StartTurn(1, "I would like the red cup please.", "speech", 2)]
     assert of(actions, UserSaid) == [UserSaid(2, "I would like the red cup please.")]
+
+
+def test_a_final_that_comes_after_the_user_went_on_joins_the_next_utterance():
+    dm = manager()
+    dm.voice_start(1, 0.09, 0.0)
+    dm.voice_end(1, 1.2)
+    dm.voice_start(2, 0.09, 1.7)  # the next words start before the first final is decoded
+    dm.voice_end(2, 3.1)
+    assert dm.transcript(1, "I would like the.", True, 3.15, speech_end=1.0) == []
+    assert dm.tick(3.16) == []  # no wait to run out: the pause was over long ago
+    actions = dm.transcript(2, "red cup please.", True, 3.2, speech_end=2.9)
+    assert actions == [ScoreTurn(2, "I would like the red cup please")]
+    assert of(dm.turn_score(2, COMPLETE, 3.25), StartTurn)
 
 
 def test_an_unfinished_sentence_is_answered_after_the_long_wait():

@@ -53,7 +53,7 @@ from dataclasses import dataclass, replace
 from enum import Enum, IntEnum
 from typing import Literal
 
-from omniflow.core.end_of_turn import END_OF_TURN_PARAMS, EndOfTurnPolicy, scored_text
+from omniflow.core.end_of_turn import END_OF_TURN_PARAMS, EndOfTurnPolicy, without_closing_stop
 from omniflow.core.params import ParamSpec
 
 __all__ = [
@@ -198,8 +198,8 @@ class Warm:
 @dataclass(frozen=True)
 class ScoreTurn:
     """Ask the model how likely ``user_text`` (the user's words so far, as
-    :func:`~omniflow.core.end_of_turn.scored_text` gives them) ends the turn; the answer goes
-    to :meth:`DialogueManager.turn_score` with ``utterance_id``."""
+    :func:`~omniflow.core.end_of_turn.without_closing_stop` gives them) ends the turn; the
+    answer goes to :meth:`DialogueManager.turn_score` with ``utterance_id``."""
 
     utterance_id: int
     user_text: str
@@ -390,6 +390,7 @@ class DialogueManager:
         self._last_user_text = ""
         self._held: tuple[int, str] | None = None  # an utterance heard while barge-in was off
         self._pending: _Pending | None = None  # a final waiting for the end of the turn
+        self._voice = 0  # the utterance whose voice started last
 
     @classmethod
     def from_params(cls, params: Mapping[str, object]) -> DialogueManager:
@@ -422,6 +423,7 @@ class DialogueManager:
     def voice_start(self, utterance_id: int, speech_s: float, now: float) -> list[Action]:
         """The fusion node confirmed user speech (echo removed)."""
         actions: list[Action] = []
+        self._voice = utterance_id
         if self.state == State.LISTENING:
             self._utterance = utterance_id
             actions.append(self._set(State.USER_SPEAKING, "the user started speaking"))
@@ -442,7 +444,7 @@ class DialogueManager:
             self._utterance = utterance_id
             pending, self._pending = self._pending, None
             if pending is not None:  # the user went on after a pause: one turn
-                self._carry = self._with_carry(pending.text)
+                self._carry = without_closing_stop(self._with_carry(pending.text))
         actions += self.voice_ongoing(utterance_id, speech_s, now)
         return actions
 
@@ -508,16 +510,21 @@ class DialogueManager:
         start the turn at once (end-of-turn waits off, a stop request, nothing said)."""
         earlier = self._pending
         if earlier is not None and earlier.utterance_id != utterance_id:
-            self._carry = self._with_carry(earlier.text)  # its voice start was lost
+            self._carry = without_closing_stop(self._with_carry(earlier.text))  # start lost
         self._pending = None
         full = self._with_carry(text)
         if not self.end_of_turn.enabled or not full or self.stop.split(text)[0]:
             return self._user_turn(utterance_id, text, now)
+        if utterance_id < self._voice:
+            # A slow final: the user already spoke again, the pause is over; the next
+            # utterance's final (fusion sends them in order) carries these words.
+            self._carry = without_closing_stop(full)
+            return []
         end = now if speech_end is None else min(speech_end, now)
         # Until the score arrives, the longest wait holds (a lost score cannot wedge it).
         longest = max(self.end_of_turn.long_wait_s, self.end_of_turn.unscored_wait_s)
         self._pending = _Pending(utterance_id, text, end, end + longest)
-        actions: list[Action] = [ScoreTurn(utterance_id, scored_text(full))]
+        actions: list[Action] = [ScoreTurn(utterance_id, without_closing_stop(full))]
         if self.state == State.LISTENING:  # its start was not heard: the user is speaking
             self._utterance = utterance_id
             actions.append(self._set(State.USER_SPEAKING, "the user paused"))

@@ -14,10 +14,11 @@ probability into a wait counted from the end of the speech:
   go on; speech before it ends joins the words so far into one turn;
 - no probability (a model that cannot score, a score that failed): ``unscored_wait_s``.
 
-What is scored is :func:`scored_text`: a recogniser closes whatever it heard with a full
-stop, fragments too ("I would like the."), and after a full stop the model expects the line
-to end (0.37-0.83 for such fragments), so trailing full stops and ellipses are left out and
-the model itself says whether a full stop would come; question and exclamation marks stay.
+What is scored is :func:`without_closing_stop`: a recogniser closes whatever it heard with
+a full stop, fragments too ("I would like the."), and after a full stop the model expects
+the line to end (0.37-0.83 for such fragments), so trailing full stops and ellipses are left
+out and the model itself says whether a full stop would come; question and exclamation
+marks stay. A fragment the user went on from joins the next words without it too.
 
 The defaults come from ``benchmarks/end_of_turn.py`` (the scores of finished and unfinished
 sentences with the embedded model, and the waits this policy chooses for them). No ROS, no
@@ -32,7 +33,7 @@ from dataclasses import dataclass
 
 from omniflow.core.params import ParamSpec, defaults
 
-__all__ = ["END_OF_TURN_PARAMS", "EndOfTurnPolicy", "scored_text"]
+__all__ = ["END_OF_TURN_PARAMS", "EndOfTurnPolicy", "without_closing_stop"]
 
 END_OF_TURN_PARAMS = (
     ParamSpec(
@@ -88,11 +89,12 @@ END_OF_TURN_PARAMS = (
 _TRAILING = ".…,;: \t"
 
 
-def scored_text(text: str) -> str:
-    """The words whose end-of-turn probability is asked for: ``text`` without the full
-    stops, ellipses, commas and colons at its end (what the recogniser added, not the user).
+def without_closing_stop(text: str) -> str:
+    """``text`` without the full stops, ellipses, commas and colons at its end (what the
+    recogniser added, not the user): the words whose end-of-turn probability is asked for,
+    and a fragment as it joins the words that continue it.
 
-    >>> scored_text("I would like the..."), scored_text("What is this?")
+    >>> without_closing_stop("I would like the..."), without_closing_stop("What is this?")
     ('I would like the', 'What is this?')
     """
     return text.rstrip(_TRAILING)
