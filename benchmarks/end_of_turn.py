@@ -12,9 +12,11 @@ of a fragment. What is scored is ``without_closing_stop`` of each (trailing full
 Printed per sentence: the probability and the wait of ``EndOfTurnPolicy`` (the
 ``end_of_turn.*`` defaults, or ``--threshold``); in the summary: the lowest finished score,
 the highest unfinished one, how many of each got the wrong wait, and the time of the final
-score after the partials (``incremental``: the final adds its last word to what the
-partials evaluated) and without partials (``cold``: the system text cached, the user's line
-evaluated), median and p90, in one run. Prints JSON; ``--json PATH`` also writes it::
+score after the partials (``warmed``: the last partial held all the words, as when the
+final reuses the decode that covers the speech; ``incremental``: the final adds its last
+word to what the partials evaluated) and without partials (``cold``: the system text
+cached, the user's line evaluated), median and p90, in one run. Prints JSON; ``--json
+PATH`` also writes it::
 
     .venv/bin/python benchmarks/end_of_turn.py --json build/bench/end_of_turn.json
 """
@@ -67,15 +69,14 @@ UNFINISHED = (
 )
 
 
-def final_score(backend, system: str, text: str, *, partials: bool) -> tuple[float, float]:
-    """(probability, seconds of the final score) for ``text``; with ``partials`` the words
-    before its last one are evaluated ahead word by word, as partial transcripts are."""
+def final_score(backend, system: str, text: str, partials: int) -> tuple[float, float]:
+    """(probability, seconds of the final score) for ``text`` after ``partials`` partial
+    transcripts, the first words one more each, evaluated ahead as the node does."""
     backend.reset()
     warm_up(backend, system)
-    words = text.split()
-    if partials:
-        for n in range(1, len(words)):
-            backend.warm(Prompt(system=system, user=" ".join(words[:n])))
+    words = without_closing_stop(text).split()
+    for n in range(1, partials + 1):
+        backend.warm(Prompt(system=system, user=" ".join(words[:n])))
     t0 = time.perf_counter()
     probability = backend.turn_end_probability(
         Prompt(system=system, user=without_closing_stop(text)), threading.Event()
@@ -99,12 +100,14 @@ def main() -> None:
     sentences += [(t.rstrip("."), True) for t in FINISHED if t.endswith(".")]
     sentences += [(t, False) for t in UNFINISHED]
     sentences += [(t + suffix, False) for t in UNFINISHED[:4] for suffix in (".", "...")]
-    rows, incremental, cold = [], [], []
+    rows, warmed, incremental, cold = [], [], [], []
     try:
         for text, finished in sentences:
-            p, seconds = final_score(backend, system, text, partials=True)
+            n = len(text.split())
+            p, seconds = final_score(backend, system, text, n - 1)
             incremental.append(seconds)
-            cold.append(final_score(backend, system, text, partials=False)[1])
+            warmed.append(final_score(backend, system, text, n)[1])
+            cold.append(final_score(backend, system, text, 0)[1])
             wait_ms = round(policy.wait_s(p) * 1000)
             rows.append({"text": text, "finished": finished, "p": round(p, 5), "wait_ms": wait_ms})
             print(
@@ -126,6 +129,7 @@ def main() -> None:
         "unfinished_given_the_short_wait": sum(policy.complete(p) for p in open_),
         "of": {"finished": len(done), "unfinished": len(open_)},
         "score_ms": {
+            "warmed": summary(warmed, 1, scale=1000),
             "incremental": summary(incremental, 1, scale=1000),
             "cold": summary(cold, 1, scale=1000),
         },
