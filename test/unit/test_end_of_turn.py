@@ -141,6 +141,14 @@ def test_a_final_that_comes_after_the_user_went_on_joins_the_next_utterance():
     assert of(dm.turn_score(2, COMPLETE, 3.25), StartTurn)
 
 
+def test_a_final_slower_than_the_long_wait_is_a_turn_of_its_own():
+    dm = manager()
+    dm.voice_start(1, 0.09, 0.0)
+    dm.voice_start(2, 0.09, 4.0)  # the user spoke again long after the question
+    actions = dm.transcript(1, "What is this?", True, 5.0, speech_end=1.0)
+    assert of(actions, StartTurn) == [StartTurn(1, "What is this?", "speech", 1)]
+
+
 def test_an_unfinished_sentence_is_answered_after_the_long_wait():
     dm = heard("I would like the", 1.25)
     dm.turn_score(1, UNFINISHED, 1.3)

@@ -391,6 +391,7 @@ class DialogueManager:
         self._held: tuple[int, str] | None = None  # an utterance heard while barge-in was off
         self._pending: _Pending | None = None  # a final waiting for the end of the turn
         self._voice = 0  # the utterance whose voice started last
+        self._voice_at = 0.0  # when it started
 
     @classmethod
     def from_params(cls, params: Mapping[str, object]) -> DialogueManager:
@@ -423,7 +424,7 @@ class DialogueManager:
     def voice_start(self, utterance_id: int, speech_s: float, now: float) -> list[Action]:
         """The fusion node confirmed user speech (echo removed)."""
         actions: list[Action] = []
-        self._voice = utterance_id
+        self._voice, self._voice_at = utterance_id, now
         if self.state == State.LISTENING:
             self._utterance = utterance_id
             actions.append(self._set(State.USER_SPEAKING, "the user started speaking"))
@@ -515,14 +516,16 @@ class DialogueManager:
         full = self._with_carry(text)
         if not self.end_of_turn.enabled or not full or self.stop.split(text)[0]:
             return self._user_turn(utterance_id, text, now)
-        if utterance_id < self._voice:
-            # A slow final: the user already spoke again, the pause is over; the next
-            # utterance's final (fusion sends them in order) carries these words.
+        end = now if speech_end is None else min(speech_end, now)
+        longest = max(self.end_of_turn.long_wait_s, self.end_of_turn.unscored_wait_s)
+        if utterance_id < self._voice and self._voice_at - end <= longest:
+            # A slow final: the user spoke again within the wait, the pause is over; the
+            # next utterance's final (fusion sends them in order) carries these words.
             self._carry = without_closing_stop(full)
             return []
-        end = now if speech_end is None else min(speech_end, now)
+        if now >= end + longest:  # a final slower than any wait: nothing left to wait for
+            return self._user_turn(utterance_id, text, now)
         # Until the score arrives, the longest wait holds (a lost score cannot wedge it).
-        longest = max(self.end_of_turn.long_wait_s, self.end_of_turn.unscored_wait_s)
         self._pending = _Pending(utterance_id, text, end, end + longest)
         actions: list[Action] = [ScoreTurn(utterance_id, without_closing_stop(full))]
         if self.state == State.LISTENING:  # its start was not heard: the user is speaking
