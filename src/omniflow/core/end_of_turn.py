@@ -48,7 +48,7 @@ END_OF_TURN_PARAMS = (
         0.05,
         "End-of-turn probability from which a turn counts as complete and gets the short "
         "wait (benchmarks/end_of_turn.py, the embedded model: finished sentences score "
-        "0.26-0.98, unfinished ones 0.0001-0.016)",
+        "0.26-0.99, unfinished ones 0.0001-0.016)",
         minimum=0.0,
         maximum=1.0,
         live=True,
