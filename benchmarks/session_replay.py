@@ -12,6 +12,11 @@ association rows include waits by design: the VAD's closing silence and the wind
 (12 s of session, plus node start-up, the 2.5 s tail and shutdown). Prints JSON; ``--json
 PATH`` also writes it.
 
+``--baseline`` also replays the session, run for run alternating with the defaults, with the
+turn-taking before the semantic end of turn (``vad.min_silence_ms`` 400, the dialogue
+answering every final at once: ``BASELINE``), and gives each stage's median beside it and
+their ratio.
+
     .venv/bin/python benchmarks/session_replay.py --runs 3 --json build/bench/session_replay.json
 """
 
@@ -25,29 +30,31 @@ import time
 import uuid
 from pathlib import Path
 
-from _common import median, write_result
+from _common import median, ratio, write_result
 
 from omniflow import demo, report
 
+# The turn-taking before the semantic end of turn: the VAD's 400 ms closing silence, and
+# every final transcript answered at once.
+BASELINE = {"fusion": {"vad.min_silence_ms": 400}, "dialogue": {"end_of_turn.enabled": False}}
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--json", type=Path, help="also write the JSON here")
-    args = parser.parse_args()
-    os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
-    tables, walls = [], []
-    for _ in range(args.runs):
-        with tempfile.TemporaryDirectory() as tmp:
-            began = time.monotonic()
-            result = demo.run_session(
-                demo.default_bag(),
-                out_dir=Path(tmp),
-                quiet=True,
-                namespace=f"/bench{uuid.uuid4().hex[:6]}",
-            )
-            walls.append(time.monotonic() - began)
-            tables.append(report.latency(result.run))
+
+def replay(overrides: dict | None) -> tuple[dict, float]:
+    """One replay of the bundled session: (its latency table, its wall time in s)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        began = time.monotonic()
+        result = demo.run_session(
+            demo.default_bag(),
+            out_dir=Path(tmp),
+            quiet=True,
+            namespace=f"/bench{uuid.uuid4().hex[:6]}",
+            overrides=overrides,
+        )
+        return report.latency(result.run), time.monotonic() - began
+
+
+def stage_medians(tables: list[dict]) -> dict:
+    """Per stage: the median over runs of each run's median, and what the row measures."""
     stages = {}
     for row in report.LATENCY_ROWS:
         entries = [t[row.stage] for t in tables if t[row.stage] is not None]
@@ -63,6 +70,24 @@ def main() -> None:
                 "source_pi5_ms": row.budget_ms,
             }
         )
+    return stages
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--baseline", action="store_true", help="also replay with BASELINE")
+    parser.add_argument("--json", type=Path, help="also write the JSON here")
+    args = parser.parse_args()
+    os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    tables, walls, baseline = [], [], []
+    for _ in range(args.runs):
+        table, wall = replay(None)
+        tables.append(table)
+        walls.append(wall)
+        if args.baseline:
+            baseline.append(replay(BASELINE)[0])
+    stages = stage_medians(tables)
     out = {
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "session_s": 12.0,
@@ -70,6 +95,14 @@ def main() -> None:
         "wall_s_per_run": [round(w, 1) for w in walls],
         "stages": stages,
     }
+    if args.baseline:
+        before = stage_medians(baseline)
+        out["baseline"] = {"overrides": BASELINE, "stages": before}
+        out["ratio_vs_baseline"] = {
+            stage: ratio(row["median_ms"], (before.get(stage) or {}).get("median_ms"))
+            for stage, row in stages.items()
+            if row is not None
+        }
     write_result(out, args.json)
 
 

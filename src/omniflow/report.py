@@ -241,6 +241,19 @@ def _first_token(run: Run) -> list[float]:
     ]
 
 
+def _end_of_turn(run: Run) -> list[float]:
+    """The final transcript -> the dialogue starts the turn it ends (the end-of-turn score
+    and wait); turns that no final started (goals, proactive) are left out."""
+    finals = sorted(stamp_ns(m.header.stamp) for _, m in run.of("transcript") if m.is_final)
+    out = []
+    for _, m in run.of("dialogue_state"):
+        started = stamp_ns(m.header.stamp)
+        before = [f for f in finals if f <= started]
+        if _STATE_NAMES[m.state] == "THINKING" and before:
+            out.append((started - before[-1]) / NS_PER_MS)
+    return out
+
+
 def _speaking_starts(run: Run) -> dict[int, int]:
     starts: dict[int, int] = {}
     for _, m in run.of("speech_state"):
@@ -296,6 +309,11 @@ LATENCY_ROWS = (
         "speech onset -> decision (includes the window's wait)",
         _header_minus("associations", lambda m: stamp_ns(m.trigger.stamp)),
         28.9,
+    ),
+    LatencyRow(
+        "end of turn",
+        "final transcript -> the dialogue starts the turn (end-of-turn score and wait)",
+        _end_of_turn,
     ),
     LatencyRow("first token", "turn start -> first response piece", _first_token, 112.4),
     LatencyRow("first audio", "first response piece -> speaker starts", _first_audio, 44.9),

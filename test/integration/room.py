@@ -77,9 +77,13 @@ class Room:
         with self._lock:
             self._played.add(ns_from_time(msg.header.stamp), conversions.audio_samples(msg)[:, 0])
 
-    def user_speaks(self, at_ns: int) -> None:
-        """The user's recording starts at stream time ``at_ns``."""
-        self._user_start_ns = at_ns
+    def user_speaks(self, at_ns: int, recording: np.ndarray | None = None) -> None:
+        """The user's recording (``recording``, 16 kHz int16, instead of the default one)
+        starts at stream time ``at_ns``."""
+        with self._lock:
+            if recording is not None:
+                self._user = recording.astype(np.float64) * 0.8
+            self._user_start_ns = at_ns
 
     def start(self) -> None:
         self._thread.start()
@@ -92,16 +96,17 @@ class Room:
         with self._lock:
             direct = self._played.window(stamp_ns - self._delay_ns, CHUNK)
             reflection = self._played.window(stamp_ns - self._delay_ns - 15_000_000, CHUNK)
-        x = self._gain * (direct + 0.4 * reflection)
-        x += self._rng.standard_normal(CHUNK) * 30.0
+            x = self._gain * (direct + 0.4 * reflection)
+            x += self._rng.standard_normal(CHUNK) * 30.0
+            user, start_ns = self._user, self._user_start_ns
         if self._noise is not None:
             start = (stamp_ns - self.first_stamp_ns) // CHUNK_NS * CHUNK % len(self._noise)
             x += np.take(self._noise, np.arange(start, start + CHUNK), mode="wrap")
-        if self._user_start_ns is not None:
-            offset = (stamp_ns - self._user_start_ns) * RATE // 1_000_000_000
-            lo, hi = max(offset, 0), min(offset + CHUNK, len(self._user))
+        if start_ns is not None:
+            offset = (stamp_ns - start_ns) * RATE // 1_000_000_000
+            lo, hi = max(offset, 0), min(offset + CHUNK, len(user))
             if lo < hi:
-                x[lo - offset : hi - offset] += self._user[lo:hi]
+                x[lo - offset : hi - offset] += user[lo:hi]
         return np.clip(np.round(x), -32768, 32767).astype(np.int16)
 
     def _run(self) -> None:

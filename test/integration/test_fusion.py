@@ -27,6 +27,12 @@ _MS = 1_000_000
 BEFORE_NS, AFTER_NS = 80 * _MS, 120 * _MS
 
 
+# hello.wav's two sentences as one utterance: the default closing silence (200 ms) ends the
+# speech at the full stop between them (the dialogue node then decides whether the turn
+# goes on); these tests are about one utterance's transcript and association.
+ONE_UTTERANCE = {"vad.min_silence_ms": 400}
+
+
 def bad_inputs(now_ns: int) -> tuple[list[tuple[AudioChunk, str]], list[tuple[Image, str]]]:
     """Each bad input with (a part of) the reason the node must log for it."""
 
@@ -100,7 +106,10 @@ def test_speech_gives_a_transcript_and_an_association_with_the_frames_around_its
 ):
     namespace = f"/t{uuid.uuid4().hex[:6]}"
     fusion = start_node(
-        "omniflow.nodes.fusion", "fusion", {"vision.rate_hz": 10.0}, namespace=namespace
+        "omniflow.nodes.fusion",
+        "fusion",
+        {**ONE_UTTERANCE, "vision.rate_hz": 10.0},
+        namespace=namespace,
     )
     status = TopicRecorder(ros_node, String, f"{namespace}/fusion/status", LATCHED)
     transcripts = TopicRecorder(ros_node, Transcript, f"{namespace}/transcript", EVENTS)
@@ -174,7 +183,12 @@ def test_partial_hypotheses_come_while_the_user_speaks(ros_node, start_node):
     # Alone, without the camera: on a 2-core machine a Whisper decode costs about 0.6 s, and
     # 10 encoded frames a second beside it leave too little of the 2.7 s utterance for one.
     namespace = f"/t{uuid.uuid4().hex[:6]}"
-    start_node("omniflow.nodes.fusion", "fusion", {"vision.enabled": False}, namespace=namespace)
+    start_node(
+        "omniflow.nodes.fusion",
+        "fusion",
+        {**ONE_UTTERANCE, "vision.enabled": False},
+        namespace=namespace,
+    )
     status = TopicRecorder(ros_node, String, f"{namespace}/fusion/status", LATCHED)
     transcripts = TopicRecorder(ros_node, Transcript, f"{namespace}/transcript", EVENTS)
     status.wait_until(

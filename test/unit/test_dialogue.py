@@ -22,6 +22,7 @@ from omniflow.core.dialogue import (
     Warm,
     complete_sentences,
 )
+from omniflow.core.end_of_turn import EndOfTurnPolicy
 
 
 def states(actions) -> list[State]:
@@ -280,16 +281,20 @@ EVENTS = st.sampled_from(
         "prompt",
         "preempt",
         "cancel",
+        "score_high",
+        "score_low",
+        "score_none",
     ]
 )
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(EVENTS, max_size=60))
-def test_any_sequence_of_inputs_keeps_the_machine_consistent(events):
+@given(st.lists(EVENTS, max_size=60), st.booleans())
+def test_any_sequence_of_inputs_keeps_the_machine_consistent(events, end_of_turn):
     """Whatever order messages come in, the machine never raises (other than Busy), a turn
-    in progress is always the newest one, and LISTENING never has a turn in progress."""
-    dm = DialogueManager()
+    in progress is always the newest one, and LISTENING never has a turn in progress; with
+    end-of-turn waits too."""
+    dm = DialogueManager(end_of_turn=EndOfTurnPolicy.default() if end_of_turn else None)
     now = 0.0
     for i, event in enumerate(events):
         now += 0.5
@@ -312,6 +317,9 @@ def test_any_sequence_of_inputs_keeps_the_machine_consistent(events):
             dm.speech_lost(now)
         elif event == "tick":
             dm.tick(now + 7)
+        elif event.startswith("score_"):
+            probability = {"score_high": 0.5, "score_low": 0.0, "score_none": None}[event]
+            dm.turn_score(i - 1, probability, now)
         elif event in ("prompt", "preempt"):
             try:
                 dm.prompt("hi", "goal", now, preempt=event == "preempt")

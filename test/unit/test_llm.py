@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 from tiny_gguf import write_tiny_gguf
 
@@ -22,6 +23,7 @@ from omniflow.engines.llm import (
     check_gguf,
     make_backend,
 )
+from omniflow.engines.llm.llamacpp import probability_of
 from omniflow.engines.model_worker import warm_up
 from omniflow.errors import ConfigError, EngineError
 
@@ -200,6 +202,41 @@ def test_warm_feeds_the_growing_user_text(backend: LlamaCppBackend) -> None:
     _, stats = _run(backend, final)
     tail = stats.prompt_tokens - backend.count_tokens(NO_STOP.render(final, open_turn=False))
     assert stats.evaluated_tokens == tail  # only "\nRobot:" was left to evaluate
+
+
+def test_the_end_of_turn_score_reuses_the_warm_and_matches_a_fresh_one(tiny_path: Path) -> None:
+    backend = _backend(tiny_path)
+    fresh = _backend(tiny_path)
+    try:
+        text = "what is this"
+        expected = fresh.turn_end_probability(Prompt(SYSTEM, user=text))
+        assert 0.0 < expected < 1.0
+        backend.warm(Prompt(SYSTEM, user="what is"))
+        assert backend.turn_end_probability(Prompt(SYSTEM, user=text)) == pytest.approx(
+            expected, rel=1e-3
+        )
+        # Words the warm evaluated last are scored from what it kept: nothing is evaluated.
+        backend.warm(Prompt(SYSTEM, user="what is this red"))
+        cached = backend.llama.n_tokens
+        backend.turn_end_probability(Prompt(SYSTEM, user="what is this red"))
+        assert backend.llama.n_tokens == cached
+        # A prefix of what the cache holds: its last token is evaluated again for its logits.
+        assert backend.turn_end_probability(Prompt(SYSTEM, user=text)) == pytest.approx(
+            expected, rel=1e-3
+        )
+        cancel = threading.Event()
+        cancel.set()
+        backend.reset()
+        assert backend.turn_end_probability(Prompt(SYSTEM, user="and that"), cancel) is None
+    finally:
+        backend.close()
+        fresh.close()
+
+
+def test_probability_of_token_ids() -> None:
+    logits = np.log(np.array([0.7, 0.2, 0.1], dtype=np.float32))
+    assert probability_of(logits, [1, 2]) == pytest.approx(0.3)
+    assert probability_of(logits, []) == 0.0
 
 
 def test_warm_does_not_wait_for_a_running_generation(backend: LlamaCppBackend) -> None:

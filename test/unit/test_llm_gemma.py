@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from omniflow.core.end_of_turn import EndOfTurnPolicy
 from omniflow.core.prompt import DEFAULT_FORMAT, Prompt, PromptFormat, Turn
 from omniflow.engines.llm import (
     DEFAULT_SYSTEM_PROMPT,
@@ -142,3 +143,19 @@ def test_a_damaged_embedded_model_is_assembled_again(tmp_path: Path) -> None:
 
     assert path.stat().st_size == sum(p.stat().st_size for p in package.chunk_paths())
     assert not list(tmp_path.glob(".*"))  # no partial file left behind
+
+
+@pytest.mark.parametrize(
+    ("finished", "unfinished"),
+    [
+        ("What is this?", "What is the colour of"),
+        ("Please bring me the red cup.", "I would like the"),
+    ],
+)
+def test_finished_turns_score_above_the_threshold_and_unfinished_ones_below(
+    gemma: LlamaCppBackend, finished: str, unfinished: str
+) -> None:
+    threshold = EndOfTurnPolicy.default().threshold
+    done = gemma.turn_end_probability(Prompt(DEFAULT_SYSTEM_PROMPT, user=finished))
+    open_ = gemma.turn_end_probability(Prompt(DEFAULT_SYSTEM_PROMPT, user=unfinished))
+    assert open_ < threshold <= done, (done, open_)

@@ -46,6 +46,12 @@ class ScriptedBackend(LlmBackend):
         self.warmed.append(prompt.user)
         return len(prompt.user.split())
 
+    def turn_end_probability(self, prompt: Prompt, cancel: threading.Event | None = None):
+        self.warmed.append(f"score: {prompt.user}")
+        if self.fail:
+            raise EngineError(self.fail)
+        return 0.5 if prompt.user.endswith("?") else 0.0
+
     def update(self, values) -> None:
         self.updates.append(dict(values))
 
@@ -71,8 +77,13 @@ class Harness:
         self.done: list[tuple[int, int, str]] = []
         self.warnings: list[str] = []
         self.finished = threading.Event()
+        self.scores: list[tuple[int, float | None]] = []
         self.worker = ModelWorker(
-            self.lock, on_delta=self.on_delta, on_done=self.on_done, on_warning=self.warnings.append
+            self.lock,
+            on_delta=self.on_delta,
+            on_done=self.on_done,
+            on_warning=self.warnings.append,
+            on_score=lambda key, p: self.scores.append((key, p)),
         )
         self.worker.attach(backend)
         self.stop = threading.Event()
@@ -175,6 +186,28 @@ def test_a_submitted_turn_replaces_words_waiting_to_be_evaluated(backend):
         assert backend.warmed == []
     finally:
         h.close()
+
+
+def test_a_score_comes_before_the_words_waiting_to_be_evaluated(backend):
+    h = Harness(backend)
+    try:
+        with h.lock:
+            h.worker.warm(Prompt("sys", user="what is"))
+            h.worker.score(1, Prompt("sys", user="what is this?"))
+            h.worker.score(2, Prompt("sys", user="and that?"))  # replaces the older request
+        wait_for(lambda: len(backend.warmed) == 2, "scored, then evaluated ahead")
+        assert backend.warmed == ["score: and that?", "what is"]
+        assert h.scores == [(2, 0.5)]
+    finally:
+        h.close()
+
+
+def test_a_failing_score_is_answered_with_none_and_a_warning(backend, harness):
+    backend.fail = "out of memory"
+    harness.worker.score(4, Prompt("sys", user="what is"))
+    wait_for(lambda: harness.scores, "the score's answer")
+    assert harness.scores == [(4, None)]
+    assert "out of memory" in harness.warnings[0]
 
 
 def test_unload_drops_queued_work_and_closes_the_model(backend):

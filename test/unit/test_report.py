@@ -141,15 +141,16 @@ def test_fusion_only_run_fills_its_rows_and_says_na_for_the_rest():
     assert table["capture"]["median_ms"] == pytest.approx(2.0, abs=3.0)
     assert table["VAD/ASR"]["median_ms"] == pytest.approx(420.0)
     assert table["association"]["median_ms"] == pytest.approx(130.0)
-    for stage in ("vision", "first token", "first audio", "end to end"):
+    for stage in ("vision", "end of turn", "first token", "first audio", "end to end"):
         assert table[stage] is None
     text = report.latency_table(table)
-    assert text.count("n/a") == 8  # median and p90 of four rows
+    assert text.count("n/a") == 10  # median and p90 of five rows
     assert [line.split()[0] for line in text.splitlines()[2:]] == [
         "capture",
         "VAD/ASR",
         "vision",
         "association",
+        "end",
         "first",
         "first",
         "end",
@@ -183,7 +184,12 @@ def test_dialogue_and_speech_rows_appear_when_their_topics_do():
             ),
         ),
     ]
+    run.messages["dialogue_state"] = [
+        (0, msg("omniflow/msg/DialogueState", header=H(ms), state=state, turn_id=1, reason=""))
+        for ms, state in ((1000, 1), (2430, 2), (2500, 3))
+    ]
     table = report.latency(run)
+    assert table["end of turn"]["median_ms"] == pytest.approx(2430.0 - 2400.0)
     assert table["first token"]["median_ms"] == pytest.approx(500.0)
     assert table["first audio"]["median_ms"] == pytest.approx(60.0)
     assert table["end to end"]["median_ms"] == pytest.approx(2560.0 - 1980.0)

@@ -19,7 +19,13 @@ States (the values of ``omniflow/msg/DialogueState``)::
                                   voice start while THINKING: cancel, keep listening
 
 - End of turn: the final transcript of the utterance (the fusion node sends it when the VAD
-  has heard ``vad.min_silence_ms`` of silence).
+  has heard ``vad.min_silence_ms`` of silence) is tentative. The machine asks how likely its
+  words end the turn (:class:`ScoreTurn`; the node's language model answers through
+  :meth:`DialogueManager.turn_score`) and waits, from the end of the speech, as long as
+  :class:`~omniflow.core.end_of_turn.EndOfTurnPolicy` says: briefly after "What is this?",
+  up to a second after "I would like the". The user speaking again before the wait is over
+  continues the same turn (the words so far are prefixed to the next utterance's); no
+  answer starts inside the pause. :meth:`DialogueManager.tick` ends the wait.
 - Barge-in: while SPEAKING, user speech lasting at least ``barge_in_min_speech_s`` cancels
   generation and playback at once (:class:`Cancel` and the INTERRUPTED state, which the
   speech node obeys within one output block). INTERRUPTED then behaves as USER_SPEAKING: the
@@ -43,20 +49,23 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum, IntEnum
 from typing import Literal
 
+from omniflow.core.end_of_turn import END_OF_TURN_PARAMS, EndOfTurnPolicy, without_closing_stop
 from omniflow.core.params import ParamSpec
 
 __all__ = [
     "DIALOGUE_PARAMS",
+    "AwaitTurnEnd",
     "Busy",
     "Cancel",
     "CancelReason",
     "complete_sentences",
     "DialogueManager",
     "DialogueStats",
+    "ScoreTurn",
     "StartTurn",
     "State",
     "StateChanged",
@@ -130,6 +139,7 @@ DIALOGUE_PARAMS = (
         'What the robot says to a stop request ("Okay."); empty: nothing',
         live=True,
     ),
+    *END_OF_TURN_PARAMS,
 )
 
 
@@ -201,6 +211,26 @@ class Warm:
 
 
 @dataclass(frozen=True)
+class ScoreTurn:
+    """Ask the model how likely ``user_text`` (the user's words so far, as
+    :func:`~omniflow.core.end_of_turn.without_closing_stop` gives them) ends the turn; the
+    answer goes to :meth:`DialogueManager.turn_score` with ``utterance_id``."""
+
+    utterance_id: int
+    user_text: str
+
+
+@dataclass(frozen=True)
+class AwaitTurnEnd:
+    """The user's words so far scored ``probability`` of ending the turn (None: not scored):
+    the machine waits for more speech until ``wait_s`` after the end of the speech."""
+
+    utterance_id: int
+    probability: float | None
+    wait_s: float
+
+
+@dataclass(frozen=True)
 class UserSaid:
     """The user finished an utterance with this text (the ``user_said`` event)."""
 
@@ -218,7 +248,7 @@ class TurnEnded:
     reason: str
 
 
-Action = StateChanged | StartTurn | Cancel | Warm | UserSaid | TurnEnded
+Action = StateChanged | StartTurn | Cancel | Warm | ScoreTurn | AwaitTurnEnd | UserSaid | TurnEnded
 
 
 _STOPPED = "the user asked the robot to stop"
@@ -311,6 +341,17 @@ class Busy(Exception):
 
 
 @dataclass
+class _Pending:
+    """A final transcript waiting for the end of the turn to be confirmed."""
+
+    utterance_id: int
+    text: str  # the final's own words (the carry is added when the turn starts)
+    speech_end: float
+    deadline: float
+    scored: bool = False
+
+
+@dataclass
 class _Turn:
     turn_id: int
     source: Source
@@ -334,6 +375,9 @@ class DialogueManager:
             or transcript before the utterance is given up (no fusion node any more).
         stop: the stop requests (default: the ``stop.words`` and ``stop.fillers`` defaults).
         stop_reply: what to say to a stop request ("": nothing).
+        end_of_turn: how long to wait after the speech for an end-of-turn probability
+            (default: none, a final starts the turn at once; the node passes the
+            ``end_of_turn.*`` parameters).
     """
 
     def __init__(
@@ -345,6 +389,7 @@ class DialogueManager:
         user_turn_timeout_s: float = 6.0,
         stop: StopPhrases | None = None,
         stop_reply: str = "",
+        end_of_turn: EndOfTurnPolicy | None = None,
     ) -> None:
         if barge_in_min_speech_s < 0 or speech_start_timeout_s <= 0 or user_turn_timeout_s <= 0:
             raise ValueError(
@@ -358,6 +403,7 @@ class DialogueManager:
         self._heard_at = 0.0  # the last voice-activity event or transcript
         self.stop = stop if stop is not None else _DEFAULT_STOP
         self.stop_reply = stop_reply.strip()
+        self.end_of_turn = end_of_turn if end_of_turn is not None else _NO_END_OF_TURN_WAIT
         self.state = State.LISTENING
         self.turn_id = 0  # the newest turn started
         self._turn: _Turn | None = None  # the turn being generated or spoken
@@ -366,6 +412,9 @@ class DialogueManager:
         self._carry = ""  # words of a cancelled THINKING turn, kept for the next
         self._last_user_text = ""
         self._held: tuple[int, str] | None = None  # an utterance heard while barge-in was off
+        self._pending: _Pending | None = None  # a final waiting for the end of the turn
+        self._voice = 0  # the utterance whose voice started last
+        self._voice_at = 0.0  # when it started
 
     @classmethod
     def from_params(cls, params: Mapping[str, object]) -> DialogueManager:
@@ -382,6 +431,7 @@ class DialogueManager:
         self.user_turn_timeout_s = float(params["user_turn_timeout_s"])
         self.stop = StopPhrases.parse(str(params["stop.words"]), str(params["stop.fillers"]))
         self.stop_reply = str(params["stop.reply"]).strip()
+        self.end_of_turn = EndOfTurnPolicy.from_params(params)
 
     # ----------------------------------------------------------------- queries
     @property
@@ -399,6 +449,7 @@ class DialogueManager:
         """The fusion node confirmed user speech (echo removed)."""
         self._heard_at = now
         actions: list[Action] = []
+        self._voice, self._voice_at = utterance_id, now
         if self.state == State.LISTENING:
             self._utterance = utterance_id
             actions.append(self._set(State.USER_SPEAKING, "the user started speaking"))
@@ -417,6 +468,9 @@ class DialogueManager:
             actions.append(self._set(State.USER_SPEAKING, "the user went on speaking"))
         elif self.state in (State.USER_SPEAKING, State.INTERRUPTED):
             self._utterance = utterance_id
+            pending, self._pending = self._pending, None
+            if pending is not None:  # the user went on after a pause: one turn
+                self._carry = without_closing_stop(self._with_carry(pending.text))
         actions += self.voice_ongoing(utterance_id, speech_s, now)
         return actions
 
@@ -442,8 +496,17 @@ class DialogueManager:
         self._heard_at = now
         return []
 
-    def transcript(self, utterance_id: int, text: str, final: bool, now: float) -> list[Action]:
-        """A partial or final transcript of the user's utterance."""
+    def transcript(
+        self,
+        utterance_id: int,
+        text: str,
+        final: bool,
+        now: float,
+        speech_end: float | None = None,
+    ) -> list[Action]:
+        """A partial or final transcript of the user's utterance; ``speech_end`` is when the
+        speech ended (the final's end stamp; default ``now``), from which the end-of-turn
+        wait counts."""
         self._heard_at = now
         text = " ".join(text.split())
         listening_to_user = self.state in (State.USER_SPEAKING, State.INTERRUPTED, State.LISTENING)
@@ -467,7 +530,56 @@ class DialogueManager:
             if text and self.state == State.SPEAKING:
                 self._held = (utterance_id, text)  # barge-in off: answer it afterwards
             return []
-        return self._user_turn(utterance_id, text, now)
+        return self._tentative_end(utterance_id, text, now, speech_end)
+
+    def _tentative_end(
+        self, utterance_id: int, text: str, now: float, speech_end: float | None
+    ) -> list[Action]:
+        """A final heard while listening to the user: ask whether it ends the turn, or
+        start the turn at once (end-of-turn waits off, a stop request, nothing said)."""
+        earlier = self._pending
+        if earlier is not None and earlier.utterance_id != utterance_id:
+            self._carry = without_closing_stop(self._with_carry(earlier.text))  # start lost
+        self._pending = None
+        full = self._with_carry(text)
+        if not self.end_of_turn.enabled or not full or self.stop.split(text)[0]:
+            return self._user_turn(utterance_id, text, now)
+        end = now if speech_end is None else min(speech_end, now)
+        longest = max(self.end_of_turn.long_wait_s, self.end_of_turn.unscored_wait_s)
+        if utterance_id < self._voice and self._voice_at - end <= longest:
+            # A slow final: the user spoke again within the wait, the pause is over; the
+            # next utterance's final (fusion sends them in order) carries these words.
+            self._carry = without_closing_stop(full)
+            return []
+        if now >= end + longest:  # a final slower than any wait: nothing left to wait for
+            return self._user_turn(utterance_id, text, now)
+        # Until the score arrives, the longest wait holds (a lost score cannot wedge it).
+        self._pending = _Pending(utterance_id, text, end, end + longest)
+        actions: list[Action] = [ScoreTurn(utterance_id, without_closing_stop(full))]
+        if self.state == State.LISTENING:  # its start was not heard: the user is speaking
+            self._utterance = utterance_id
+            actions.append(self._set(State.USER_SPEAKING, "the user paused"))
+        return actions
+
+    def turn_score(self, utterance_id: int, probability: float | None, now: float) -> list[Action]:
+        """The model's end-of-turn probability for the words :class:`ScoreTurn` asked about
+        (None: it could not score them): start the turn now, or wait for more speech."""
+        pending = self._pending
+        if pending is None or pending.utterance_id != utterance_id or pending.scored:
+            return []  # the user went on meanwhile, or a stale answer
+        pending.scored = True
+        wait_s = self.end_of_turn.wait_s(probability)
+        pending.deadline = pending.speech_end + wait_s
+        if now >= pending.deadline:
+            return self._commit(now)
+        return [AwaitTurnEnd(utterance_id, probability, wait_s)]
+
+    def _commit(self, now: float) -> list[Action]:
+        """The pause after the pending final lasted: it ends the user's turn."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return []
+        return self._user_turn(pending.utterance_id, pending.text, now)
 
     def _user_turn(self, utterance_id: int, text: str, now: float) -> list[Action]:
         stop, rest = self.stop.split(text)
@@ -520,6 +632,7 @@ class DialogueManager:
                 )
             self._carry = self._warm_text = ""
             self._utterance = 0
+            self._pending = None
         actions += self._start(source, text, 0, now, f"a {source} turn")
         return actions
 
@@ -590,9 +703,12 @@ class DialogueManager:
         )
 
     def tick(self, now: float) -> list[Action]:
-        """Time-outs: an answer nobody started playing ends after ``speech_start_timeout_s``
+        """Time-outs: a pause after the user's words that lasted the end-of-turn wait starts
+        the turn; an answer nobody started playing ends after ``speech_start_timeout_s``
         (outcome ``unplayed``: the answer was lost, and says so); an utterance nothing more is
         heard of is given up after ``user_turn_timeout_s``."""
+        if self._pending is not None and now >= self._pending.deadline:
+            return self._commit(now)
         if (
             self.state in (State.USER_SPEAKING, State.INTERRUPTED)
             and now - self._heard_at >= self.user_turn_timeout_s
@@ -677,6 +793,7 @@ class DialogueManager:
         return actions
 
 
+_NO_END_OF_TURN_WAIT = replace(EndOfTurnPolicy.default(), enabled=False)
 _DEFAULT_STOP = StopPhrases.parse(
     next(spec.default for spec in DIALOGUE_PARAMS if spec.name == "stop.words"),
     next(spec.default for spec in DIALOGUE_PARAMS if spec.name == "stop.fillers"),
@@ -698,6 +815,7 @@ class DialogueStats:
 
     turns: int = 0
     turns_done: int = 0
+    end_of_turn_waits: int = 0  # finals that waited for the pause after them to last
     barge_ins: int = 0
     cancelled: int = 0
     failed: int = 0
@@ -711,6 +829,8 @@ class DialogueStats:
             self.turns += 1
             if action.source == "proactive":
                 self.proactive += 1
+        elif isinstance(action, AwaitTurnEnd):
+            self.end_of_turn_waits += 1
         elif isinstance(action, Cancel):
             if action.cause is CancelReason.BARGE_IN:
                 self.barge_ins += 1

@@ -49,9 +49,10 @@ ENGINE_PARAMS = (
     ),
     ParamSpec(
         "vad.min_silence_ms",
-        400,
-        "A pause at least this long ends an utterance "
-        "(shorter ones stay inside it; 300 ms split a sentence at a breath in tests)",
+        200,
+        "A pause at least this long ends an utterance (shorter ones stay inside it) and "
+        "sends its final transcript; the dialogue node waits longer after words that "
+        "sound unfinished (end_of_turn.*), so a pause inside a sentence does not end the turn",
         unit="ms",
         minimum=100,
         maximum=3000,

@@ -1,10 +1,11 @@
 """One language model on one thread: queued turns, evaluating ahead, cancellable generation.
 
-The dialogue node submits a :class:`Job` per turn and the user's growing words to evaluate
-ahead; :meth:`ModelWorker.run` (the node's worker thread) generates the jobs in order and,
-while none is waiting, evaluates the newest words so the end of the turn finds them in the
-KV cache. Each job has its own cancel event: a barge-in cancels the generation between two
-tokens (or two prompt chunks).
+The dialogue node submits a :class:`Job` per turn, the user's growing words to evaluate
+ahead, and the words of a tentative end of turn to score; :meth:`ModelWorker.run` (the
+node's worker thread) generates the jobs in order and, while none is waiting, scores the
+newest words asked about (``on_score``), then evaluates the newest words so the end of the
+turn finds them in the KV cache. Each job has its own cancel event: a barge-in cancels the
+generation between two tokens (or two prompt chunks).
 
 The owner's lock is shared: every delta is handed to ``on_delta`` with the lock held and only
 while the job is not cancelled, and a cancel is set with the lock held too, so no piece of an
@@ -96,6 +97,9 @@ class WorkerStats:
 # on_delta(job, index, text) and on_done(job, pieces, error), called with the lock held.
 DeltaHandler = Callable[[Job, int, str], None]
 DoneHandler = Callable[[Job, int, str], None]
+# on_score(key, probability): the end-of-turn probability asked for with ``key`` (None: the
+# model could not tell), called with the lock held.
+ScoreHandler = Callable[[int, float | None], None]
 
 
 class ModelWorker:
@@ -106,6 +110,8 @@ class ModelWorker:
         on_delta: a piece of a job's answer, with its index.
         on_done: a job finished (not called for a cancelled job).
         on_warning: a problem worth a (throttled) log line; the worker goes on.
+        on_score: the answer to :meth:`score` (every request gets one, unless a newer
+            request replaced it or the worker stopped).
     """
 
     def __init__(
@@ -115,17 +121,20 @@ class ModelWorker:
         on_delta: DeltaHandler,
         on_done: DoneHandler,
         on_warning: Callable[[str], None],
+        on_score: ScoreHandler | None = None,
     ) -> None:
         self._lock = lock
         self._work = threading.Condition(lock)
         self._on_delta = on_delta
         self._on_done = on_done
         self._on_warning = on_warning
+        self._on_score = on_score
         self.backend: LlmBackend | None = None
         self.stats = WorkerStats()
         self._jobs: deque[Job] = deque()
         self._cancels: dict[int, threading.Event] = {}  # turn id -> its job's cancel
         self._warm_prompt: Prompt | None = None
+        self._score: tuple[int, Prompt] | None = None
         self._warm_cancel = threading.Event()
 
     # ----------------------------------------------------------------- the owner's side
@@ -163,7 +172,7 @@ class ModelWorker:
             for job in self._jobs:
                 job.cancel.set()
             self._jobs.clear()
-            self._warm_prompt = None
+            self._warm_prompt = self._score = None
         if backend is not None:
             backend.close()
 
@@ -183,6 +192,13 @@ class ModelWorker:
         """Evaluate this prompt ahead when no job waits (replaces an older one)."""
         with self._work:
             self._warm_prompt = prompt
+            self._work.notify_all()
+
+    def score(self, key: int, prompt: Prompt) -> None:
+        """Ask how likely ``prompt.user`` ends the user's turn, before any evaluation ahead
+        (replaces an older request); ``on_score(key, probability)`` answers."""
+        with self._work:
+            self._score = (key, prompt)
             self._work.notify_all()
 
     def cancel(self, turn_id: int) -> None:
@@ -211,21 +227,42 @@ class ModelWorker:
         ``stop`` is set (call :meth:`wake` after setting it)."""
         while not stop.is_set():
             with self._work:
-                while not stop.is_set() and not self._jobs and self._warm_prompt is None:
+                while (
+                    not stop.is_set()
+                    and not self._jobs
+                    and self._score is None
+                    and self._warm_prompt is None
+                ):
                     self._work.wait(_IDLE_WAIT_S)
                 if stop.is_set():
                     return
                 job = self._jobs.popleft() if self._jobs else None
-                warm = None if job is not None else self._warm_prompt
-                self._warm_prompt = None
+                score = None if job is not None else self._score
+                if score is not None:
+                    self._score = None
+                warm = None if job is not None or score is not None else self._warm_prompt
+                if score is None:  # a score leaves the words to evaluate ahead for later
+                    self._warm_prompt = None
                 backend = self.backend
                 self._warm_cancel.clear()
             if backend is None:
                 continue
             if job is not None:
                 self._generate(backend, job)
+            elif score is not None:
+                self._score_turn(backend, *score)
             elif warm is not None:
                 self._warm(backend, warm)
+
+    def _score_turn(self, backend: LlmBackend, key: int, prompt: Prompt) -> None:
+        try:
+            probability = backend.turn_end_probability(prompt, self._warm_cancel)
+        except EngineError as err:
+            self._on_warning(f"scoring the end of the turn failed: {err}")
+            probability = None
+        with self._lock:
+            if self._on_score is not None:
+                self._on_score(key, probability)
 
     def _warm(self, backend: LlmBackend, prompt: Prompt) -> None:
         try:

@@ -11,10 +11,12 @@ from rclpy.executors import MultiThreadedExecutor
 from omniflow.core.dialogue import (
     DIALOGUE_PARAMS,
     Action,
+    AwaitTurnEnd,
     Cancel,
     CancelReason,
     DialogueManager,
     DialogueStats,
+    ScoreTurn,
     StartTurn,
     State,
     StateChanged,
@@ -66,7 +68,9 @@ class DialogueNode(LifecycleBase):
             ``voice_activity`` (omniflow/msg/VoiceActivity, reliable): the user's speech,
             echo removed; START/ONGOING long enough while speaking is a barge-in.
             ``transcript`` (omniflow/msg/Transcript, reliable): partials are fed to the model
-            ahead; the final one ends the user's turn.
+            ahead; the final one ends the user's turn once the pause after it has lasted as
+            long as the model's end-of-turn probability of its words asks
+            (``end_of_turn.*``).
             ``associations`` (omniflow/msg/Association) and ``scene`` (omniflow/msg/Scene):
             what the camera saw, described to the model.
             ``speech_state`` (omniflow/msg/SpeechState, latched): when playback ends; its
@@ -108,8 +112,13 @@ class DialogueNode(LifecycleBase):
         self._manager = DialogueManager.from_params(self.params)
         self._turns = TurnContext.from_params(self.params, self.now_ns())
         self._worker = ModelWorker(
-            self._lock, on_delta=self._on_delta, on_done=self._on_done, on_warning=self._warn
+            self._lock,
+            on_delta=self._on_delta,
+            on_done=self._on_done,
+            on_warning=self._warn,
+            on_score=self._on_score,
         )
+        self._turn_end_p = float("nan")  # the last end-of-turn probability, for diagnostics
         self._active = False
         self._finals: dict[int, Transcript] = {}  # utterance id -> final transcript
         self._out = DialogueOutputs(self, self.params["speech_node"], inputs)
@@ -222,7 +231,8 @@ class DialogueNode(LifecycleBase):
             with self._lock:
                 self._finals[msg.utterance_id] = msg
                 trim_oldest(self._finals)
-        self._feed(lambda m, now: m.transcript(msg.utterance_id, msg.text, msg.is_final, now))
+        end = conversions.ns_from_time(msg.end) / NS_PER_S if msg.is_final else None
+        self._feed(lambda m, now: m.transcript(msg.utterance_id, msg.text, msg.is_final, now, end))
 
     def _on_speech(self, msg: SpeechState) -> None:
         self._feed(lambda m, now: m.speech(msg.speaking, msg.turn_id, now))
@@ -264,8 +274,14 @@ class DialogueNode(LifecycleBase):
                     if action.stop_speech:
                         self._out.stop_speech()
                 case Warm():
-                    self._worker.warm(
-                        self._turns.warm_prompt(self.params["llm.system_prompt"], action.user_text)
+                    self._worker.warm(self._user_prompt(action.user_text))
+                case ScoreTurn():
+                    self._worker.score(action.utterance_id, self._user_prompt(action.user_text))
+                case AwaitTurnEnd():
+                    self.get_logger().debug(
+                        f"utterance {action.utterance_id}: end-of-turn probability "
+                        f"{action.probability}, waiting up to {action.wait_s * 1000:.0f} ms "
+                        "after the speech for more"
                     )
                 case UserSaid():
                     self._out.user_said(action, self._finals.get(action.utterance_id))
@@ -277,6 +293,10 @@ class DialogueNode(LifecycleBase):
                     elif action.outcome == "unplayed":
                         self.get_logger().warning(f"turn {action.turn_id}: {action.reason}")
                     self._converse.turn_ended(action)
+
+    def _user_prompt(self, user_text: str):
+        """The prompt the user's words so far will end up in (to evaluate or score ahead)."""
+        return self._turns.warm_prompt(self.params["llm.system_prompt"], user_text)
 
     def _start_turn(self, start: StartTurn) -> None:
         now_ns = self.now_ns()
@@ -303,6 +323,10 @@ class DialogueNode(LifecycleBase):
         self._apply(self._manager.token(job.turn_id, text, self._now()))
         self._converse.feedback(job.turn_id, text)
 
+    def _on_score(self, utterance_id: int, probability: float | None) -> None:
+        self._turn_end_p = float("nan") if probability is None else probability
+        self._feed(lambda m, now: m.turn_score(utterance_id, probability, now))
+
     def _on_done(self, job: Job, pieces: int, error: str) -> None:
         if not error:
             self._out.chunk(job.turn_id, pieces, "", True, turn_start_ns=job.turn_start_ns)
@@ -318,6 +342,7 @@ class DialogueNode(LifecycleBase):
                 "backend": backend.name if backend else "",
                 "security_warnings": list(backend.security_warnings) if backend else [],
                 "history_turns": len(self._turns.history),
+                "last_end_of_turn_probability": self._turn_end_p,
                 "proactive_rules": len(self._turns.policy.rules),
                 "chunks": self._out.chunks,
                 "speech_lost": self._speech_watch.losses,

@@ -108,6 +108,15 @@ class LlmBackend(abc.ABC):
         """
         return 0
 
+    def turn_end_probability(
+        self, prompt: Prompt, cancel: threading.Event | None = None
+    ) -> float | None:
+        """How likely ``prompt.user`` (the user's words so far) ends the user's turn: the
+        model's probability that the user's sentence or line ends right after them. None when this
+        backend cannot tell (no local model), or when ``cancel`` was set before the answer.
+        """
+        return None
+
     @abc.abstractmethod
     def generate(
         self, prompt: Prompt, *, cancel: threading.Event, max_tokens: int | None = None

@@ -6,7 +6,11 @@ a long prompt would otherwise wait for all of it. It keeps what it evaluated in 
 and, for the next prompt, evaluates only what differs from it (the longest common token
 prefix): the system text and history stay warm across turns, and :meth:`LlmBackend.warm`
 feeds the user's words while the partial transcript grows, so at the end of the turn only the
-last words and ``"\\nRobot:"`` remain. Sampling is llama.cpp's own sampler chain, as
+last words and ``"\\nRobot:"`` remain. The same evaluation gives, for free, how likely the
+user's words end the turn (:meth:`LlamaCppBackend.turn_end_probability`: the probability
+that the next token ends the sentence or the ``User:`` line: a full stop, question or
+exclamation mark, or a line break), so the end-of-turn score of a partial costs nothing
+beyond warming it. Sampling is llama.cpp's own sampler chain, as
 ``Llama.create_completion`` uses it (top-k, top-p, min-p, temperature, repeat penalty).
 """
 
@@ -28,7 +32,38 @@ from omniflow.engines.llm.inprocess import InProcessBackend
 from omniflow.engines.llm.stop import StopFilter
 from omniflow.errors import EngineError
 
-__all__ = ["LlamaCppBackend"]
+__all__ = ["LlamaCppBackend", "probability_of"]
+
+# What may come right after the user's last word when the turn ends there: the end of the
+# sentence or of the line (benchmarks/end_of_turn.py: with the sentence ends counted,
+# finished statements without their full stop score 0.26-0.9 instead of 0.003-0.05, while
+# unfinished sentences stay at or below 0.016).
+_TURN_ENDS = (b".", b"?", b"!", b"\n", b"\n\n", b"\n\n\n")
+
+
+def _turn_end_tokens(llm: Any) -> list[int]:
+    """The single tokens of ``_TURN_ENDS`` after a word, as in ``User: a?`` (tokenised in
+    context: a tokenizer may put a space before text that starts a prompt)."""
+    before = b"User: a"
+    start = llm.tokenize(before, add_bos=False, special=False)
+    found = set()
+    for text in _TURN_ENDS:
+        ids = llm.tokenize(before + text, add_bos=False, special=False)
+        if ids[: len(start)] == start and len(ids) == len(start) + 1:
+            found.add(ids[-1])
+    return sorted(found)
+
+
+def probability_of(logits: np.ndarray, token_ids: list[int]) -> float:
+    """The softmax probability mass of ``token_ids`` among ``logits`` (one row).
+
+    >>> round(probability_of(np.log(np.array([0.5, 0.25, 0.25])), [1, 2]), 6)
+    0.5
+    """
+    if not token_ids:
+        return 0.0
+    shifted = np.exp(logits.astype(np.float64) - float(np.max(logits)))
+    return float(shifted[token_ids].sum() / shifted.sum())
 
 
 class LlamaCppBackend(InProcessBackend):
@@ -57,6 +92,8 @@ class LlamaCppBackend(InProcessBackend):
         self.fmt = fmt
         self._generate_waiting = threading.Event()
         self._path: Path | None = None
+        self._turn_ends: list[int] = []
+        self._turn_end: tuple[tuple[int, ...], float] | None = None  # tokens -> probability
 
     # lifecycle --------------------------------------------------------------------------
     @property
@@ -81,6 +118,8 @@ class LlamaCppBackend(InProcessBackend):
         self._path = path
         self._vocab = self._lib.llama_model_get_vocab(llm.model)
         self._is_eog = self._lib.llama_vocab_is_eog
+        self._turn_ends = _turn_end_tokens(llm)
+        self._turn_end = None
 
     @property
     def llama(self) -> Any:
@@ -92,8 +131,10 @@ class LlamaCppBackend(InProcessBackend):
         return self._llm
 
     def reset(self) -> None:
-        """Forget the KV cache: the next prompt is evaluated from its first token."""
+        """Forget the KV cache (and the last end-of-turn score): the next prompt is
+        evaluated from its first token."""
         with self._lock:
+            self._turn_end = None
             if self._llm is not None:
                 self._llm.reset()
 
@@ -152,11 +193,56 @@ class LlamaCppBackend(InProcessBackend):
             self._apply_threads(llm)
             tokens, _ = self._fit(prompt, self._reserve(None), open_turn=False)
             common = self._sync(llm, tokens, stop)
+            if llm.n_tokens == len(tokens) > common:  # the last token's logits are at hand
+                self._remember_turn_end(llm, tokens)
             return llm.n_tokens - common
         except (RuntimeError, ValueError, OSError) as err:
             raise EngineError(f"LLM prompt evaluation failed: {err}") from err
         finally:
             self._lock.release()
+
+    def turn_end_probability(
+        self, prompt: Prompt, cancel: threading.Event | None = None
+    ) -> float | None:
+        """The probability that the user's sentence or line ends after ``prompt.user`` (the
+        next token a full stop, question or exclamation mark or a line break); see
+        :class:`LlmBackend`. Evaluates only what the KV cache lacks (the
+        words since the last warm); when :meth:`warm` already evaluated exactly these words,
+        their score is remembered and nothing is evaluated. Waits for a running generation
+        (checking ``cancel``); EngineError when the model fails."""
+
+        def cancelled() -> bool:
+            return cancel is not None and cancel.is_set()
+
+        llm = self._require()
+        while not self._lock.acquire(timeout=0.02):
+            if cancelled():
+                return None
+        try:
+            self._apply_threads(llm)
+            tokens, _ = self._fit(prompt, self._reserve(None), open_turn=False)
+            known = self._turn_end
+            if known is not None and known[0] == tuple(tokens):
+                return known[1]
+            common = self._sync(llm, tokens, cancelled)
+            if llm.n_tokens < len(tokens):
+                return None
+            if common == len(tokens):  # all cached, but the logits of its last token are gone
+                llm.n_tokens = len(tokens) - 1
+                llm.eval(tokens[-1:])
+            return self._remember_turn_end(llm, tokens)
+        except (RuntimeError, ValueError, OSError) as err:
+            raise EngineError(f"LLM end-of-turn scoring failed: {err}") from err
+        finally:
+            self._lock.release()
+
+    def _remember_turn_end(self, llm: Any, tokens: list[int]) -> float:
+        """The turn-end probability after the last evaluated token (``tokens[-1]``), kept
+        for ``tokens``."""
+        row = np.ctypeslib.as_array(self._lib.llama_get_logits(llm.ctx), shape=(llm.n_vocab(),))
+        probability = probability_of(row, self._turn_ends)
+        self._turn_end = (tuple(tokens), probability)
+        return probability
 
     def _reserve(self, max_tokens: int | None) -> int:
         wanted = int(max_tokens or self.sampling.max_tokens)

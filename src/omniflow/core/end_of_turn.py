@@ -1,0 +1,148 @@
+"""Semantic end of turn: how long to wait after the user stops, from what they said.
+
+A pause alone does not say whether the user has finished: "What is this?" is a whole turn,
+"I would like the" is not, and people pause in the middle of a sentence for half a second
+or more while they look for a word. The dialogue model already loaded scores how likely the
+words so far end the turn (the probability that the user's sentence or line ends there, the
+next token a full stop, question or exclamation mark or a line break, in the model's own
+prompt layout), and :class:`EndOfTurnPolicy` turns that
+probability into a wait counted from the end of the speech:
+
+- at least ``threshold``: the turn is clearly complete, a short wait (``short_wait_s``;
+  the fusion node's VAD, which reports the end after ``vad.min_silence_ms``, sets the floor);
+- below it: the sentence is likely unfinished, a long wait (``long_wait_s``) for the user to
+  go on; speech before it ends joins the words so far into one turn;
+- no probability (a model that cannot score, a score that failed): ``unscored_wait_s``.
+
+What is scored is :func:`without_closing_stop`: a recogniser closes whatever it heard with
+a full stop, fragments too ("I would like the."), and after a full stop the model expects
+the line to end (0.37-0.83 for such fragments), so trailing full stops and ellipses are left
+out and the model itself says whether a full stop would come; question and exclamation
+marks stay. A fragment the user went on from joins the next words without it too.
+
+The defaults come from ``benchmarks/end_of_turn.py`` (the scores of finished and unfinished
+sentences with the embedded model, and the waits this policy chooses for them). No ROS, no
+model here: the dialogue node asks its model for the probability and
+:class:`~omniflow.core.dialogue.DialogueManager` applies the wait.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from omniflow.core.params import ParamSpec, defaults
+
+__all__ = ["END_OF_TURN_PARAMS", "EndOfTurnPolicy", "without_closing_stop"]
+
+END_OF_TURN_PARAMS = (
+    ParamSpec(
+        "end_of_turn.enabled",
+        True,
+        "Wait after the user's speech as long as the language model's end-of-turn "
+        "probability says (false: answer as soon as the final transcript arrives)",
+        live=True,
+    ),
+    ParamSpec(
+        "end_of_turn.threshold",
+        0.05,
+        "End-of-turn probability from which a turn counts as complete and gets the short "
+        "wait (benchmarks/end_of_turn.py, the embedded model: finished sentences score "
+        "0.26-0.99, unfinished ones 0.0001-0.016)",
+        minimum=0.0,
+        maximum=1.0,
+        live=True,
+    ),
+    ParamSpec(
+        "end_of_turn.short_wait_ms",
+        200,
+        "Silence after a complete turn before it is answered, counted from the end of the "
+        "speech (the fusion node's vad.min_silence_ms is the floor: it ends the speech)",
+        unit="ms",
+        minimum=0,
+        maximum=3000,
+        live=True,
+    ),
+    ParamSpec(
+        "end_of_turn.long_wait_ms",
+        1000,
+        "Silence after a likely unfinished sentence before it is answered anyway; speech "
+        "before then continues the same turn",
+        unit="ms",
+        minimum=0,
+        maximum=5000,
+        live=True,
+    ),
+    ParamSpec(
+        "end_of_turn.unscored_wait_ms",
+        400,
+        "Silence before answering when the model gives no end-of-turn probability (a "
+        "remote model, a failed score)",
+        unit="ms",
+        minimum=0,
+        maximum=5000,
+        live=True,
+    ),
+)
+
+
+_TRAILING = ".…,;: \t"
+
+
+def without_closing_stop(text: str) -> str:
+    """``text`` without the full stops, ellipses, commas and colons at its end (what the
+    recogniser added, not the user): the words whose end-of-turn probability is asked for,
+    and a fragment as it joins the words that continue it.
+
+    >>> without_closing_stop("I would like the..."), without_closing_stop("What is this?")
+    ('I would like the', 'What is this?')
+    """
+    return text.rstrip(_TRAILING)
+
+
+@dataclass(frozen=True)
+class EndOfTurnPolicy:
+    """The wait after the user's speech for an end-of-turn probability; see the module."""
+
+    enabled: bool
+    threshold: float
+    short_wait_s: float
+    long_wait_s: float
+    unscored_wait_s: float
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.threshold <= 1.0:
+            raise ValueError(f"threshold must be within 0..1, got {self.threshold}")
+        if min(self.short_wait_s, self.long_wait_s, self.unscored_wait_s) < 0:
+            raise ValueError("the waits must not be negative")
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, object]) -> EndOfTurnPolicy:
+        """From ``END_OF_TURN_PARAMS`` values (the waits in ms)."""
+        return cls(
+            enabled=bool(params["end_of_turn.enabled"]),
+            threshold=float(params["end_of_turn.threshold"]),
+            short_wait_s=float(params["end_of_turn.short_wait_ms"]) / 1000,
+            long_wait_s=float(params["end_of_turn.long_wait_ms"]) / 1000,
+            unscored_wait_s=float(params["end_of_turn.unscored_wait_ms"]) / 1000,
+        )
+
+    @classmethod
+    def default(cls) -> EndOfTurnPolicy:
+        """The policy of the ``END_OF_TURN_PARAMS`` defaults."""
+        return cls.from_params(defaults(END_OF_TURN_PARAMS))
+
+    def complete(self, probability: float) -> bool:
+        """Whether a turn with this end-of-turn probability counts as complete."""
+        return probability >= self.threshold
+
+    def wait_s(self, probability: float | None) -> float:
+        """Seconds of silence after the speech before the turn is answered.
+
+        >>> policy = EndOfTurnPolicy.default()
+        >>> policy.wait_s(0.05), policy.wait_s(0.0005), policy.wait_s(None)
+        (0.2, 1.0, 0.4)
+        """
+        if probability is None or probability != probability:  # None or NaN: not scored
+            return self.unscored_wait_s
+        return self.short_wait_s if self.complete(probability) else self.long_wait_s

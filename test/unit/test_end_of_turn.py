@@ -1,0 +1,223 @@
+"""Semantic end of turn: the wait policy, and the dialogue machine holding a final for it."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+
+from omniflow.core.dialogue import (
+    AwaitTurnEnd,
+    DialogueManager,
+    DialogueStats,
+    ScoreTurn,
+    StartTurn,
+    State,
+    StateChanged,
+    UserSaid,
+    Warm,
+)
+from omniflow.core.end_of_turn import END_OF_TURN_PARAMS, EndOfTurnPolicy, without_closing_stop
+from omniflow.core.params import defaults
+
+POLICY = EndOfTurnPolicy.default()
+COMPLETE, UNFINISHED = 0.5, 0.0005
+
+
+def of(actions, kind):
+    return [a for a in actions if isinstance(a, kind)]
+
+
+def manager(**changes) -> DialogueManager:
+    return DialogueManager(end_of_turn=replace(POLICY, **changes))
+
+
+def heard(text: str, now: float) -> DialogueManager:
+    """A manager that heard the user say ``text`` (speech 0.0-1.0 s), its final at ``now``."""
+    dm = manager()
+    dm.voice_start(1, 0.09, 0.0)
+    dm.transcript(1, text, True, now, speech_end=1.0)
+    return dm
+
+
+@pytest.mark.parametrize(
+    ("probability", "wait_s"),
+    [
+        (0.5, 0.2),
+        (0.05, 0.2),  # the threshold itself counts as complete
+        (0.049, 1.0),
+        (0.0, 1.0),
+        (None, 0.4),
+        (math.nan, 0.4),
+    ],
+)
+def test_the_wait_follows_the_end_of_turn_probability(probability, wait_s):
+    assert POLICY.wait_s(probability) == pytest.approx(wait_s)
+
+
+@pytest.mark.parametrize(
+    ("text", "scored"),
+    [
+        ("I would like the.", "I would like the"),
+        ("I would like the...", "I would like the"),
+        ("I would like the …", "I would like the"),
+        ("What is this?", "What is this?"),
+        ("Stop!", "Stop!"),
+        ("", ""),
+    ],
+)
+def test_the_recognisers_closing_full_stop_is_not_scored(text, scored):
+    assert without_closing_stop(text) == scored
+
+
+def test_a_final_is_scored_without_its_closing_full_stop():
+    dm = manager()
+    dm.voice_start(1, 0.09, 0.0)
+    assert dm.transcript(1, "I would like the.", True, 1.2) == [ScoreTurn(1, "I would like the")]
+
+
+def test_the_policy_is_read_from_its_parameters():
+    values = {**defaults(END_OF_TURN_PARAMS), "end_of_turn.long_wait_ms": 800}
+    assert EndOfTurnPolicy.from_params(values) == replace(POLICY, long_wait_s=0.8)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("threshold", 1.5, "threshold"),
+        ("threshold", -0.1, "threshold"),
+        ("long_wait_s", -1, "wait"),
+    ],
+)
+def test_an_impossible_policy_is_refused(field, value, message):
+    with pytest.raises(ValueError, match=message):
+        replace(POLICY, **{field: value})
+
+
+def test_a_complete_question_starts_its_turn_once_scored():
+    dm = manager()
+    dm.voice_start(1, 0.09, 0.0)
+    actions = dm.transcript(1, "What is this?", True, 1.25, speech_end=1.0)
+    assert actions == [ScoreTurn(1, "What is this?")]
+    assert dm.state == State.USER_SPEAKING
+    actions = dm.turn_score(1, COMPLETE, 1.27)  # 270 ms after the speech: past the short wait
+    assert of(actions, UserSaid) == [UserSaid(1, "What is this?")]
+    assert of(actions, StartTurn) == [StartTurn(1, "What is this?", "speech", 1)]
+
+
+def test_a_complete_question_scored_early_waits_only_the_short_wait():
+    dm = heard("What is this?", 1.1)
+    assert dm.turn_score(1, COMPLETE, 1.12) == [AwaitTurnEnd(1, COMPLETE, 0.2)]
+    assert dm.tick(1.15) == []
+    assert of(dm.tick(1.2), StartTurn)
+
+
+def test_an_unfinished_sentence_waits_and_the_user_going_on_makes_one_turn():
+    dm = heard("I would like the", 1.25)
+    assert dm.turn_score(1, UNFINISHED, 1.3) == [AwaitTurnEnd(1, UNFINISHED, 1.0)]
+    assert dm.tick(1.6) == []  # 600 ms into the pause: no answer
+    assert dm.voice_start(2, 0.09, 1.7) == []  # the user goes on: same turn, no new state
+    assert dm.state == State.USER_SPEAKING
+    assert dm.transcript(2, "red", False, 1.9) == [Warm("I would like the red")]
+    assert dm.tick(2.1) == []  # the old deadline (2.0) no longer holds
+    actions = dm.transcript(2, "red cup please.", True, 2.6, speech_end=2.4)
+    assert actions == [ScoreTurn(2, "I would like the red cup please")]
+    actions = dm.turn_score(2, COMPLETE, 2.65)
+    assert of(actions, StartTurn) == [StartTurn(1, "I would like the red cup please.", "speech", 2)]
+    assert of(actions, UserSaid) == [UserSaid(2, "I would like the red cup please.")]
+
+
+def test_a_final_that_comes_after_the_user_went_on_joins_the_next_utterance():
+    dm = manager()
+    dm.voice_start(1, 0.09, 0.0)
+    dm.voice_end(1, 1.2)
+    dm.voice_start(2, 0.09, 1.7)  # the next words start before the first final is decoded
+    dm.voice_end(2, 3.1)
+    assert dm.transcript(1, "I would like the.", True, 3.15, speech_end=1.0) == []
+    assert dm.tick(3.16) == []  # no wait to run out: the pause was over long ago
+    actions = dm.transcript(2, "red cup please.", True, 3.2, speech_end=2.9)
+    assert actions == [ScoreTurn(2, "I would like the red cup please")]
+    assert of(dm.turn_score(2, COMPLETE, 3.25), StartTurn)
+
+
+def test_a_final_slower_than_the_long_wait_is_a_turn_of_its_own():
+    dm = manager()
+    dm.voice_start(1, 0.09, 0.0)
+    dm.voice_start(2, 0.09, 4.0)  # the user spoke again long after the question
+    actions = dm.transcript(1, "What is this?", True, 5.0, speech_end=1.0)
+    assert of(actions, StartTurn) == [StartTurn(1, "What is this?", "speech", 1)]
+
+
+def test_an_unfinished_sentence_is_answered_after_the_long_wait():
+    dm = heard("I would like the", 1.25)
+    dm.turn_score(1, UNFINISHED, 1.3)
+    assert dm.tick(1.95) == []
+    actions = dm.tick(2.0)
+    assert of(actions, StartTurn) == [StartTurn(1, "I would like the", "speech", 1)]
+
+
+def test_without_a_score_the_unscored_wait_holds_and_a_lost_score_cannot_wedge_the_turn():
+    dm = heard("What is this?", 1.25)
+    assert dm.turn_score(1, None, 1.26) == [AwaitTurnEnd(1, None, 0.4)]
+    assert of(dm.tick(1.4), StartTurn)
+    lost = heard("What is this?", 1.25)
+    assert lost.tick(1.9) == []  # no score yet: the longest wait holds
+    assert of(lost.tick(2.0), StartTurn)
+
+
+def test_a_stale_score_is_ignored():
+    dm = heard("I would like", 1.25)
+    dm.voice_start(2, 0.09, 1.3)  # the user went on before the score came
+    assert dm.turn_score(1, COMPLETE, 1.35) == []
+    assert dm.turn_score(7, COMPLETE, 1.35) == []
+
+
+def test_stop_requests_and_empty_finals_are_not_held():
+    dm = manager()
+    dm.voice_start(1, 0.09, 0.0)
+    actions = dm.transcript(1, "Hold on.", True, 1.2, speech_end=1.0)
+    assert not of(actions, ScoreTurn) and of(actions, UserSaid)
+    dm.voice_start(2, 0.09, 2.0)
+    actions = dm.transcript(2, "", True, 2.5)
+    assert not of(actions, ScoreTurn) and dm.state == State.LISTENING
+
+
+def test_end_of_turn_waits_off_start_the_turn_at_the_final():
+    dm = manager(enabled=False)
+    dm.voice_start(1, 0.09, 0.0)
+    assert of(dm.transcript(1, "I would like the", True, 1.2), StartTurn)
+
+
+def test_a_final_whose_start_was_lost_still_waits_and_keeps_the_words_before_it():
+    dm = manager()
+    actions = dm.transcript(1, "I would like the", True, 1.2, speech_end=1.0)
+    assert [a.state for a in actions if isinstance(a, StateChanged)] == [State.USER_SPEAKING]
+    dm.turn_score(1, UNFINISHED, 1.25)
+    actions = dm.transcript(2, "red cup.", True, 2.4, speech_end=2.2)  # no voice start
+    assert actions == [ScoreTurn(2, "I would like the red cup")]
+
+
+def test_a_goal_that_preempts_drops_the_held_words():
+    dm = heard("I would like the", 1.2)
+    actions = dm.prompt("Say hello.", "goal", 1.3, preempt=True)
+    assert of(actions, StartTurn)[0].user_text == "Say hello."
+    assert dm.tick(5.0) == []  # nothing left to answer
+
+
+def test_a_speech_end_stamped_after_now_counts_from_now():
+    dm = manager()
+    dm.voice_start(1, 0.09, 0.0)
+    dm.transcript(1, "What is this?", True, 1.0, speech_end=9.0)  # another host's clock
+    assert dm.turn_score(1, COMPLETE, 1.05) == [AwaitTurnEnd(1, COMPLETE, 0.2)]
+    assert of(dm.tick(1.2), StartTurn)
+
+
+def test_the_waits_are_counted():
+    dm = manager()
+    stats = DialogueStats()
+    dm.voice_start(1, 0.09, 0.0)
+    dm.transcript(1, "I would like the", True, 1.2, speech_end=1.0)
+    for action in dm.turn_score(1, UNFINISHED, 1.25):
+        stats.record(action)
+    assert stats.end_of_turn_waits == 1
