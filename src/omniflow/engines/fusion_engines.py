@@ -315,3 +315,17 @@ def fusion_engines_from_params(
         echo=echo,
         words=word_space if p["vision.enabled"] else None,
     )
+
+
+def describe_engines(engines: FusionEngines, p: Mapping[str, object]) -> str:
+    """One line on what was configured: the VAD, the recogniser, vision (and where its
+    objects run), the slice and echo removal."""
+    report = getattr(engines.vision, "diagnostics", dict)()
+    where = f", objects on {report['backend']}: {report['backend_reason']}" if report else ""
+    return (
+        f"vad {p['vad.engine']}, {p['asr.engine']} "
+        f"({p['asr.grammar_path'] or 'open vocabulary'}), vision "
+        f"{'on' if engines.vision else 'off'} ({p['vision.rate_hz']:g} frames/s{where}), "
+        f"slice {p['scheduler.slice_ms']} ms, echo removal "
+        f"{'on' if engines.echo else 'off'}"
+    )

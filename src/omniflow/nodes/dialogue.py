@@ -11,34 +11,21 @@ from rclpy.executors import MultiThreadedExecutor
 from omniflow.core.dialogue import (
     DIALOGUE_PARAMS,
     Action,
-    AwaitTurnEnd,
-    Cancel,
     CancelReason,
     DialogueManager,
-    DialogueStats,
-    ScoreTurn,
-    StartTurn,
     State,
     StateChanged,
-    TurnEnded,
-    UserSaid,
-    Warm,
 )
 from omniflow.core.stats import OK, WARN
-from omniflow.core.timing import NS_PER_MS, NS_PER_S
-from omniflow.core.turn_context import TURN_PARAMS, TurnContext, trim_oldest
+from omniflow.core.timing import NS_PER_S
+from omniflow.core.turn_context import TURN_PARAMS, TurnContext
 from omniflow.engines.llm import LLM_PARAMS
-from omniflow.engines.model_worker import Job, ModelWorker, sees_images
+from omniflow.engines.model_worker import sees_images
 from omniflow.msg import SpeechState, Transcript, VoiceActivity
 from omniflow.ros import conversions
 from omniflow.ros.converse_server import CONVERSE_PARAMS, ConverseServer
-from omniflow.ros.dialogue_io import (
-    SPEECH_NODE,
-    ContextInputs,
-    DialogueOutputs,
-    frame_rgb,
-    transcript_of,
-)
+from omniflow.ros.dialogue_io import SPEECH_NODE, ContextInputs, DialogueOutputs
+from omniflow.ros.dialogue_turns import TurnActions
 from omniflow.ros.lifecycle import AUTOSTART, CONFIGURE_ERRORS, Diagnosis, LifecycleBase
 from omniflow.ros.liveliness import LivelinessWatch
 from omniflow.ros.qos import EVENTS, LATCHED
@@ -101,28 +88,30 @@ class DialogueNode(LifecycleBase):
     reentrant group and wait on events (:mod:`omniflow.ros.converse_server`); the model
     decodes on its own worker thread (:mod:`omniflow.engines.model_worker`), so a barge-in
     is handled while a token is being decoded and cancels it between tokens (or between
-    prompt chunks). What goes into each prompt comes from :mod:`omniflow.core.turn_context`.
+    prompt chunks). What goes into each prompt comes from :mod:`omniflow.core.turn_context`;
+    the manager's actions are carried out by :mod:`omniflow.ros.dialogue_turns`.
     """
 
     def __init__(self, **kwargs) -> None:
         inputs = MutuallyExclusiveCallbackGroup()
         super().__init__("dialogue", PARAMS, callback_group=inputs, **kwargs)
-        self.stats = DialogueStats()
         self._lock = threading.RLock()  # the manager, the turns, the goals, the worker
         self._manager = DialogueManager.from_params(self.params)
         self._turns = TurnContext.from_params(self.params, self.now_ns())
-        self._worker = ModelWorker(
-            self._lock,
-            on_delta=self._on_delta,
-            on_done=self._on_done,
-            on_warning=self._warn,
-            on_score=self._on_score,
-        )
-        self._turn_end_p = float("nan")  # the last end-of-turn probability, for diagnostics
         self._active = False
-        self._finals: dict[int, Transcript] = {}  # utterance id -> final transcript
         self._out = DialogueOutputs(self, self.params["speech_node"], inputs)
         self._context_in = ContextInputs(self, self._turns, self._lock, inputs)
+        self._do = TurnActions(
+            self,
+            self._lock,
+            self._turns,
+            self._out,
+            self._context_in,
+            manager=lambda: self._manager,
+            feed=self._feed,
+            warn=self._warn,
+        )
+        self.stats, self._worker = self._do.stats, self._do.worker
         # Ready messages are taken in the order of subscription: an utterance's association
         # (fusion publishes the one decided by the words just before the final) and the
         # scenes come before the final transcript that starts the turn.
@@ -147,9 +136,10 @@ class DialogueNode(LifecycleBase):
             self,
             self._lock,
             manager=lambda: self._manager,
-            apply=self._apply,
+            apply=self._do.apply,
             active=lambda: self._active,
         )
+        self._do.converse = self._converse
         self._out.state(StateChanged(State.LISTENING, 0, "not active yet"))
         self.publish_status()
 
@@ -178,7 +168,9 @@ class DialogueNode(LifecycleBase):
     def deactivate(self) -> None:
         reason = "the dialogue node was deactivated"
         with self._lock:
-            self._apply(self._manager.cancel(reason, self._now(), cause=CancelReason.DEACTIVATED))
+            self._do.apply(
+                self._manager.cancel(reason, self._now(), cause=CancelReason.DEACTIVATED)
+            )
             self._active = False
             self._converse.end_all(reason)
         self.stop_workers()
@@ -208,7 +200,7 @@ class DialogueNode(LifecycleBase):
         """While active, give the manager one input and carry out its actions."""
         with self._lock:
             if self._active:
-                self._apply(step(self._manager, self._now()))
+                self._do.apply(step(self._manager, self._now()))
 
     def _on_voice(self, msg: VoiceActivity) -> None:
         uid, speech_s = msg.utterance_id, msg.speech_s
@@ -229,8 +221,7 @@ class DialogueNode(LifecycleBase):
     def _on_transcript(self, msg: Transcript) -> None:
         if msg.is_final:
             with self._lock:
-                self._finals[msg.utterance_id] = msg
-                trim_oldest(self._finals)
+                self._do.final(msg)
         end = conversions.ns_from_time(msg.end) / NS_PER_S if msg.is_final else None
         self._feed(lambda m, now: m.transcript(msg.utterance_id, msg.text, msg.is_final, now, end))
 
@@ -257,80 +248,9 @@ class DialogueNode(LifecycleBase):
             )
             if rule is not None:
                 self.get_logger().info(f"proactive rule fired: {rule.text}")
-                self._apply(self._manager.prompt(f"({rule.instruction})", "proactive", self._now()))
-
-    # ----------------------------------------------------------------- the manager's actions
-    def _apply(self, actions: list[Action]) -> None:
-        """Carry out the manager's actions in order (the lock is held)."""
-        for action in actions:
-            self.stats.record(action)
-            match action:
-                case StateChanged():
-                    self._out.state(action)
-                case StartTurn():
-                    self._start_turn(action)
-                case Cancel():
-                    self._worker.cancel(action.turn_id)
-                    if action.stop_speech:
-                        self._out.stop_speech()
-                case Warm():
-                    self._worker.warm(self._user_prompt(action.user_text))
-                case ScoreTurn():
-                    self._worker.score(action.utterance_id, self._user_prompt(action.user_text))
-                case AwaitTurnEnd():
-                    self.get_logger().debug(
-                        f"utterance {action.utterance_id}: end-of-turn probability "
-                        f"{action.probability}, waiting up to {action.wait_s * 1000:.0f} ms "
-                        "after the speech for more"
-                    )
-                case UserSaid():
-                    self._out.user_said(action, self._finals.get(action.utterance_id))
-                case TurnEnded():
-                    self._worker.forget(action.turn_id)
-                    self._turns.end_turn(action, self.now_ns(), self.params["history.max_turns"])
-                    if action.outcome == "failed":
-                        self.get_logger().error(f"turn {action.turn_id} failed: {action.reason}")
-                    elif action.outcome == "unplayed":
-                        self.get_logger().warning(f"turn {action.turn_id}: {action.reason}")
-                    self._converse.turn_ended(action)
-
-    def _user_prompt(self, user_text: str):
-        """The prompt the user's words so far will end up in (to evaluate or score ahead)."""
-        return self._turns.warm_prompt(self.params["llm.system_prompt"], user_text)
-
-    def _start_turn(self, start: StartTurn) -> None:
-        now_ns = self.now_ns()
-        final = self._finals.get(start.utterance_id)
-        self._converse.turn_started(start, final or transcript_of(start.user_text, now_ns))
-        prompt = self._turns.begin_turn(
-            start,
-            self.params["llm.system_prompt"],
-            now_ns,
-            vision=self._converse.use_vision(start.turn_id, self.params["vision.enabled"]),
-            max_age_ns=self.params["vision.max_age_ms"] * NS_PER_MS,
-            decode=(lambda msg: frame_rgb(msg, self._warn)) if self._context_in.frames else None,
-        )
-        self._worker.submit(
-            start.turn_id,
-            prompt,
-            conversions.ns_from_time(final.end) if final else now_ns,
-            reply=start.reply,
-        )
-
-    # ----------------------------------------------------------------- outputs
-    def _on_delta(self, job: Job, index: int, text: str) -> None:
-        self._out.chunk(job.turn_id, index, text, False, turn_start_ns=job.turn_start_ns)
-        self._apply(self._manager.token(job.turn_id, text, self._now()))
-        self._converse.feedback(job.turn_id, text)
-
-    def _on_score(self, utterance_id: int, probability: float | None) -> None:
-        self._turn_end_p = float("nan") if probability is None else probability
-        self._feed(lambda m, now: m.turn_score(utterance_id, probability, now))
-
-    def _on_done(self, job: Job, pieces: int, error: str) -> None:
-        if not error:
-            self._out.chunk(job.turn_id, pieces, "", True, turn_start_ns=job.turn_start_ns)
-        self._apply(self._manager.generated(job.turn_id, self._now(), error))
+                self._do.apply(
+                    self._manager.prompt(f"({rule.instruction})", "proactive", self._now())
+                )
 
     def summary(self) -> dict[str, object]:
         with self._lock:
@@ -342,7 +262,7 @@ class DialogueNode(LifecycleBase):
                 "backend": backend.name if backend else "",
                 "security_warnings": list(backend.security_warnings) if backend else [],
                 "history_turns": len(self._turns.history),
-                "last_end_of_turn_probability": self._turn_end_p,
+                "last_end_of_turn_probability": self._do.end_of_turn_p,
                 "proactive_rules": len(self._turns.policy.rules),
                 "chunks": self._out.chunks,
                 "speech_lost": self._speech_watch.losses,

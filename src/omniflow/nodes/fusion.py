@@ -16,7 +16,11 @@ from omniflow.core.fusion_pipeline import PIPELINE_PARAMS, FusionConfig, FusionP
 from omniflow.core.resample import resample_int16
 from omniflow.core.stats import OK, WARN
 from omniflow.core.timing import NS_PER_MS, SAMPLE_RATE
-from omniflow.engines.fusion_engines import ENGINE_PARAMS, fusion_engines_from_params
+from omniflow.engines.fusion_engines import (
+    ENGINE_PARAMS,
+    describe_engines,
+    fusion_engines_from_params,
+)
 from omniflow.engines.vision import VisionEncoder
 from omniflow.errors import ImageFormatError
 from omniflow.msg import AudioChunk
@@ -79,19 +83,11 @@ class FusionNode(LifecycleBase):
             ``scene`` (omniflow/msg/Scene, reliable, keep last 50): each encoded frame's
             observations, as phrases and one sentence, and whether a person is in view.
             ``~/status`` (std_msgs/String, latched): a JSON summary (state, engines, counts).
-            ``/diagnostics`` (diagnostic_msgs/DiagnosticArray, 1 Hz): buffer occupancy,
-            evictions, overruns, late drops, rejected inputs, per-stage times, and the
-            intake: chunks and frames received (``audio_chunks``, ``frames``), sent but lost
-            on the way (``audio_lost``, ``frames_lost``: gaps in the DDS publication
-            sequence numbers), frames skipped for a newer one (``frames_skipped``) or too
-            large (``frames_too_large``), and the image converter; the audio stream's own
-            continuity by the chunks' ``sequence`` and stamps
-            (:class:`~omniflow.core.audio_continuity.AudioContinuity`): gaps
-            (``audio_gaps``, ``audio_missing`` chunks), chunks received twice
-            (``audio_duplicates``: dropped), chunks stamped inside audio already received
-            (``audio_overlaps``, ``audio_overlap_ms``: only the new part is fed to the VAD
-            and recogniser) and restarts (``audio_restarts``: a loop, a restarted source),
-            each named in a throttled warning.
+            ``/diagnostics`` (diagnostic_msgs/DiagnosticArray, 1 Hz): buffers, stage times,
+            rejected inputs, what was received or lost on the way, and the audio stream's
+            own continuity (gaps, duplicates, overlaps and restarts, by the chunks'
+            ``sequence`` and stamps: :mod:`omniflow.core.audio_continuity`; duplicated or
+            overlapping audio is never fed twice). Every field: docs/nodes.md, fusion.
         parameters: see ``PARAMS``; ``vision.rate_hz`` is live, the others apply at start-up
         (read-only).
 
@@ -208,15 +204,7 @@ class FusionNode(LifecycleBase):
                 source=self,
             )
         self._events = messages.EventPublisher(self, EVENTS, p["vad.max_utterance_s"], _THROTTLE_S)
-        report = getattr(engines.vision, "diagnostics", dict)()
-        where = f", objects on {report['backend']}: {report['backend_reason']}" if report else ""
-        return (
-            f"vad {p['vad.engine']}, {p['asr.engine']} "
-            f"({p['asr.grammar_path'] or 'open vocabulary'}), vision "
-            f"{'on' if engines.vision else 'off'} ({p['vision.rate_hz']:g} frames/s{where}), "
-            f"slice {p['scheduler.slice_ms']} ms, echo removal "
-            f"{'on' if engines.echo else 'off'}"
-        )
+        return describe_engines(engines, p)
 
     def activate(self) -> None:
         with self._lock:
