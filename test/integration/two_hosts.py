@@ -96,11 +96,14 @@ def main(namespace: str, veth: str) -> dict[str, object]:
             # 1. A question spoken on this side is answered from the other.
             asked = time.monotonic()
             room.user_speaks(node.get_clock().now().nanoseconds)
+            # The turn may join two utterances ("Hello robot." and the question after the
+            # pause): it carries the last one's id.
+            said_t, turn = said.wait(lambda m: True, asked, ANSWER_TIMEOUT_S, "turn")
             heard_t, final = transcripts.wait(
-                lambda m: m.is_final and m.text.strip(), asked, ANSWER_TIMEOUT_S, "transcript"
-            )
-            said_t, _ = said.wait(
-                lambda m: m.utterance_id == final.utterance_id, asked, ANSWER_TIMEOUT_S, "turn"
+                lambda m: m.is_final and m.utterance_id == turn.utterance_id,
+                asked,
+                5.0,
+                "the final transcript of the turn's last utterance",
             )
             # transcript (here) -> dialogue (there) -> user_said (here): two link crossings.
             result["round_trip_ms"] = round((said_t - heard_t) * 1e3, 1)
