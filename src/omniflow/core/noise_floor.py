@@ -74,10 +74,10 @@ class NoiseFloor:
             raise ValueError(f"smoothing_s must be a number of seconds >= 0, not {smoothing_s}")
         if not math.isfinite(margin_db) or margin_db < 0:
             raise ValueError(f"margin_db must be a number of dB >= 0, not {margin_db}")
-        self._alpha = 1.0 - math.exp(-window_s / smoothing_s) if smoothing_s > 0 else 1.0
-        self._margin = float(margin_db)
         if not math.isfinite(settle_s) or settle_s < 0:
             raise ValueError(f"settle_s must be a number of seconds >= 0, not {settle_s}")
+        self._alpha = 1.0 - math.exp(-window_s / smoothing_s) if smoothing_s > 0 else 1.0
+        self._margin = float(margin_db)
         self._settle = round(settle_s / window_s)
         # (index, smoothed level) with increasing levels: the front is the minimum of the
         # last ``_span`` windows (a monotonic queue, O(1) per window).
