@@ -466,6 +466,48 @@ def test_the_vision_rate_is_live_and_a_frame_older_than_the_last_is_encoded_at_o
     assert engines.vision.stamps[-1] == T0 - 5 * NS_PER_S
 
 
+def _yield_run(yield_ms: int, hold_final: bool) -> tuple[FusionPipeline, list[int], int]:
+    """1 s quiet, 1 s speech, 2 s quiet at 15 fps and 15 Hz vision; the final held back for
+    the first second after the speech ends when ``hold_final``. Returns the pipeline, the
+    stamps encoded and the end of speech."""
+    pipeline, engines = make(
+        ScriptedVad(confirm=1, hang=5),
+        vision=True,
+        vision_rate_hz=15.0,
+        turn_yield_ns=yield_ms * NS_PER_MS,
+    )
+    every = NS_PER_S // 15
+    engines.recognizer.hold = hold_final
+    events = feed(pipeline, [QUIET] * 25 + [LOUD] * 25 + [QUIET] * 25, frames_every_ns=every)
+    engines.recognizer.hold = False
+    feed(pipeline, [QUIET] * 25, start_ns=T0 + 75 * CHUNK_NS, frames_every_ns=every)
+    (end,) = activity(events, Activity.END)
+    return pipeline, engines.vision.stamps, end.stamp_ns
+
+
+@pytest.mark.parametrize("yield_ms", [0, 300, 600])
+def test_frames_wait_while_the_turn_ends_and_the_onset_frame_does_not(yield_ms):
+    pipeline, stamps, end_ns = _yield_run(yield_ms, hold_final=False)
+    onset_ns = T0 + 25 * CHUNK_NS
+    reported_ns = end_ns + 5 * CHUNK_NS  # the VAD reports the end after 5 quiet chunks
+    until_ns = end_ns + yield_ms * NS_PER_MS - 2 * CHUNK_NS  # a frame is taken a chunk late
+    waited = [s for s in stamps if reported_ns <= s < until_ns]
+    assert waited == []
+    assert any(abs(s - onset_ns) < NS_PER_S // 15 for s in stamps)  # the onset's frame
+    held = max(yield_ms - 200, 0) / 1000 * 15
+    assert pipeline.stats.vision_yielded == pytest.approx(held, abs=2)
+    after = [s for s in stamps if s >= end_ns + yield_ms * NS_PER_MS]
+    assert after and after[0] - (end_ns + yield_ms * NS_PER_MS) <= 2 * NS_PER_S // 15
+
+
+def test_frames_wait_for_a_late_final_but_not_longer_than_the_cap():
+    pipeline, stamps, end_ns = _yield_run(200, hold_final=True)
+    held_until = T0 + 75 * CHUNK_NS  # the final came out then, 1 s after the speech ended
+    assert [s for s in stamps if end_ns + 5 * CHUNK_NS <= s < held_until - CHUNK_NS] == []
+    assert any(held_until <= s < held_until + 2 * NS_PER_S // 15 for s in stamps)
+    assert pipeline.stats.vision_yielded >= 12
+
+
 def test_a_speech_start_is_associated_with_the_frames_in_its_window():
     pipeline, engines = make(ScriptedVad(confirm=2), vision=True, vision_rate_hz=30.0)
     events = feed(

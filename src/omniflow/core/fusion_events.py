@@ -118,6 +118,7 @@ class FusionStats:
     rejected_images: int = 0
     buffer_overflows: int = 0
     vision_encoded: int = 0
+    vision_yielded: int = 0  # frames left unencoded while the user's turn ended
     scenes: int = 0
     speech_starts: int = 0
     speech_ends: int = 0

@@ -110,6 +110,8 @@ SPEAKING_NS = 300 * NS_PER_MS
 RESTART_NS = NS_PER_S
 # Chunks held by the pipeline (waiting for their reference or their slice): 4 s of 40 ms.
 MAX_PENDING_AUDIO = 100
+# The longest frames wait for a final transcript after the user's speech ended.
+MAX_TURN_YIELD_NS = 2 * NS_PER_S
 # A vision token may arrive this far behind the newest token (the onset frame is encoded
 # after the VAD confirmed the start, up to ~0.3 s later).
 REORDER_NS = 500 * NS_PER_MS
@@ -382,6 +384,17 @@ PIPELINE_PARAMS = (
         live=True,
     ),
     ParamSpec(
+        "vision.turn_yield_ms",
+        600,
+        "After the end of the user's speech no frame is encoded (a speech onset's frame "
+        "still is) until the final transcript is out and this long has passed: the final "
+        "transcript, the model's first words and the first phrase have the cores; 0: never",
+        unit="ms",
+        minimum=0,
+        maximum=5000,
+        read_only=True,
+    ),
+    ParamSpec(
         "audio.prompt",
         True,
         "Run the echo stage, VAD and recogniser as soon as a "
@@ -428,6 +441,7 @@ class FusionConfig:
     max_hamming: int = 10
     unused_limit: int = 3
     onset_ring_ns: int = NS_PER_S
+    turn_yield_ns: int = 0
 
     @classmethod
     def from_params(cls, params: Mapping[str, object]) -> FusionConfig:
@@ -445,6 +459,7 @@ class FusionConfig:
             max_hamming=int(params["association.max_hamming"]),
             unused_limit=int(params["association.unused_limit"]),
             onset_ring_ns=int(params["vision.onset_ring_ms"]) * NS_PER_MS,
+            turn_yield_ns=int(params["vision.turn_yield_ms"]) * NS_PER_MS,
         )
 
 
@@ -529,6 +544,8 @@ class FusionPipeline:
         self._finals_due: deque[tuple[int, int, int]] = deque()
         self._last_audio_end_ns = 0
         self._last_vision_ns = 0
+        self._speech_end_ns: int | None = None  # the end of the user's last speech
+        self._held_ns = -1  # the last frame held back while the turn ended
         # The raw VAD's current speech run: [the robot was playing, the user VAD heard speech]
         self._raw_run: list[bool] | None = None
         self._echo_score = math.nan
@@ -834,6 +851,8 @@ class FusionPipeline:
         self, kind: Activity, stamp_ns: int, heard_until_ns: int | None = None, *, cut: bool = False
     ) -> None:
         until = stamp_ns if heard_until_ns is None else heard_until_ns
+        if kind is Activity.END:
+            self._speech_end_ns = stamp_ns
         self._activity.append(
             VoiceActivityEvent(
                 kind,
@@ -895,10 +914,29 @@ class FusionPipeline:
         since = stamp_ns - self._last_vision_ns
         if 0 <= since < NS_PER_S / self.config.vision_rate_hz * 0.9:  # < 0: a loop
             return
+        if self._turn_ending():
+            if stamp_ns != self._held_ns:  # a frame due that waits: counted once
+                self._held_ns = stamp_ns
+                self.stats.vision_yielded += 1
+            return
         self._frame = None
         self._last_vision_ns = stamp_ns
         if stamp_ns not in self._encoded:
             self._encode_frame(vision, stamp_ns, rgb)
+
+    def _turn_ending(self) -> bool:
+        """Whether the user's turn is ending: their speech ended less than
+        ``turn_yield_ns`` ago, or its final transcript is still due (for at most
+        ``MAX_TURN_YIELD_NS``)."""
+        end_ns = self._speech_end_ns
+        if not self.config.turn_yield_ns or end_ns is None or self.engines.vad.is_speech:
+            return False
+        since = self._now_ns - end_ns
+        if since < 0:  # the stream went back in time
+            return False
+        return since < self.config.turn_yield_ns or (
+            bool(self._finals_due) and since < MAX_TURN_YIELD_NS
+        )
 
     def _encode_frame(self, vision: VisionEncoder, stamp_ns: int, rgb: np.ndarray) -> None:
         """One frame -> a vision token (its labels' code and Bloom filter, the frame) and a
