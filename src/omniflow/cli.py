@@ -84,6 +84,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     stop = _stop_event()
     _status(f"omniflow run --profile {args.profile}: {chosen.description}")
+    _say_if_frames_cannot_use_shared_memory()
     supervisor = Supervisor(specs, {spec.name for spec in specs}, RESPAWN_DELAY_S, report=_status)
     try:
         for index, (name, process) in enumerate(supervisor.processes.items(), 1):
@@ -195,6 +196,18 @@ def _publish_frames_here() -> None:
     os.environ.update(frame_publisher_env(str(share_dir())))
 
 
+def _say_if_frames_cannot_use_shared_memory() -> None:
+    """A warning when /dev/shm cannot hold the large-frames profile's segment: Fast DDS then
+    sends that process's frames over UDP, saying only "SHM Transport is not supported in the
+    current platform" (tested: test/integration/test_shm_fallback.py)."""
+    from omniflow.core.doctor import FAIL
+    from omniflow.doctor import check_shm
+
+    check = check_shm()
+    if check.verdict == FAIL:
+        _status(f"warning: {check.detail}; {check.fix}")
+
+
 def _replay(
     bag: Path,
     namespace: str,
@@ -283,6 +296,7 @@ def _graph_ready(node, namespace: str) -> dict[str, object]:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     _publish_frames_here()
+    _say_if_frames_cannot_use_shared_memory()
     return _replay(
         args.bag,
         args.namespace,

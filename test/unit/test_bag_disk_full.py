@@ -5,14 +5,14 @@ where the kernel allows one), and the free-space margin that closes the bag befo
 from __future__ import annotations
 
 import json
+import os
 import resource
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
-import pytest
+from private_tmpfs import command_on_tmpfs, needs_private_tmpfs
 from rclpy.serialization import deserialize_message, serialize_message
 
 from omniflow.bag import BagReader, BagWriter
@@ -22,6 +22,7 @@ from omniflow.msg import AudioChunk
 START = 1_767_225_600 * 10**9
 PAYLOAD = 60_000  # incompressible bytes a message: about 17 to a 1 MiB chunk
 TIMEOUT_S = 120
+TESTS = Path(__file__).parents[1]
 
 
 def payload(sequence: int) -> bytes:
@@ -48,19 +49,22 @@ def write_until_full(path: Path, min_free_bytes: int) -> dict:
 def run_child(path: Path, *, min_free_bytes: int = 0, fsize: int | None = None, tmpfs_mb=0):
     """This file as a script in a child process (limits and mounts stay there)."""
     command = [sys.executable, __file__, str(path), str(min_free_bytes)]
-    if tmpfs_mb:
-        # The tmpfs lives as long as the user+mount namespace: copy the bag out before it goes.
-        script = (
-            'disk=$1; shift; mkdir -p "$disk" && '
-            f'mount -t tmpfs -o size={tmpfs_mb}m omniflow_test "$disk" && '
-            '"$@" && cp -r "$disk"/bag "$disk".out'
-        )
-        command = ["unshare", "-rm", "sh", "-c", script, "sh", str(path.parent), *command]
+    if tmpfs_mb:  # the tmpfs lives as long as the namespace: copy the bag out before it goes
+        after = 'cp -r "$point"/bag "$point".out'
+        command = command_on_tmpfs(str(path.parent), tmpfs_mb, command, after)
     limit = (
         None if fsize is None else lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (fsize,) * 2)
     )
+    # The child imports this module's imports: test/ (private_tmpfs) on its path too.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), *sys.path])}
     done = subprocess.run(
-        command, capture_output=True, text=True, timeout=TIMEOUT_S, preexec_fn=limit, check=False
+        command,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        preexec_fn=limit,
+        env=env,
+        check=False,
     )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.splitlines()[-1])
@@ -77,22 +81,6 @@ def assert_complete(path: Path, result: dict) -> None:
     assert all(m.data.tobytes() == payload(m.sequence) for m in decoded)  # whole
 
 
-def can_mount_tmpfs() -> bool:
-    if shutil.which("unshare") is None:
-        return False
-    probe = subprocess.run(
-        ["unshare", "-rm", "sh", "-c", "mount -t tmpfs -o size=1m omniflow_probe /mnt"],
-        capture_output=True,
-        check=False,
-    )
-    return probe.returncode == 0
-
-
-needs_tmpfs = pytest.mark.skipif(
-    not can_mount_tmpfs(), reason="no user namespace here to mount a small tmpfs in"
-)
-
-
 def test_a_file_size_limit_closes_the_bag_at_its_last_complete_chunk(tmp_path):
     result = run_child(tmp_path / "bag", fsize=3_500_000)
     assert "EFBIG" in result["error"] and str(tmp_path / "bag") in result["error"]
@@ -102,7 +90,7 @@ def test_a_file_size_limit_closes_the_bag_at_its_last_complete_chunk(tmp_path):
     assert_complete(tmp_path / "bag", result)
 
 
-@needs_tmpfs
+@needs_private_tmpfs
 def test_a_full_disk_closes_the_bag_at_its_last_complete_chunk(tmp_path):
     result = run_child(tmp_path / "disk" / "bag", tmpfs_mb=4)
     assert "ENOSPC" in result["error"] and "closed and readable" in result["error"]
@@ -110,7 +98,7 @@ def test_a_full_disk_closes_the_bag_at_its_last_complete_chunk(tmp_path):
     assert_complete(tmp_path / "disk.out", result)
 
 
-@needs_tmpfs
+@needs_private_tmpfs
 def test_the_free_space_margin_closes_the_bag_before_the_disk_is_full(tmp_path):
     result = run_child(tmp_path / "disk" / "bag", min_free_bytes=2_000_000, tmpfs_mb=6)
     assert "would leave less than the 2 MB kept free (--min-free-mb)" in result["error"]

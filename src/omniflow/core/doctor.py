@@ -233,7 +233,9 @@ def camera_frames(
 
 def shared_memory(free_bytes: int, segment_bytes: int, processes: int) -> Check:
     """/dev/shm must hold the large-frames profile's segment in each process that loads it
-    (with room for the default segments); otherwise Fast DDS silently falls back to UDP."""
+    (with room for the default segments); otherwise Fast DDS drops that transport, saying only
+    "SHM Transport is not supported in the current platform", and frames go over UDP (or the
+    default 512 KiB segment under ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST)."""
     need = segment_bytes * processes
     data = {"free_mb": round(free_bytes / 2**20, 1), "needed_mb": round(need / 2**20, 1)}
     detail = (
@@ -243,7 +245,8 @@ def shared_memory(free_bytes: int, segment_bytes: int, processes: int) -> Check:
         return Check(
             "dds.shm",
             FAIL,
-            detail + ": camera frames fall back to UDP (~21 ms instead of ~9 ms)",
+            detail + ": camera frames fall back to UDP (~21 ms instead of ~9 ms, best-effort "
+            'frames lost; Fast DDS says "SHM Transport is not supported")',
             "enlarge /dev/shm (Docker: --shm-size=256m; mount -o remount,size=256M /dev/shm)",
             data,
         )
