@@ -327,7 +327,9 @@ class BagWriter:
     want of room anyway (ENOSPC, a ``ulimit -f`` file-size limit's EFBIG, a quota) cuts the file
     back to its last complete chunk, which frees the room the index needs, and closes it there.
     Either way the bag is complete and readable, :attr:`counts` is what it holds, and
-    :class:`BagFullError` says why, where and how much was written.
+    :class:`BagFullError` says why, where and how much was written. (The roll-back resets
+    the state of rosbags' MCAP writer, pinned in requirements/constraints.txt;
+    test/unit/test_bag_disk_full.py fails if a new version changes it.)
     """
 
     def __init__(self, path: str | Path, *, compress: bool = True, min_free_bytes: int = 0) -> None:
