@@ -32,7 +32,10 @@ _SPIN = 200_000
 
 
 def _spin(stop: threading.Event, seconds: float) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the group: the parent stops us
+    # Ctrl-C reaches the whole process group: the parent stops us. SIGINT was blocked from
+    # before this process began (see hog), so one during start-up is not a traceback here.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     deadline = time.monotonic() + seconds if seconds > 0 else float("inf")
     while not stop.is_set() and time.monotonic() < deadline:
         for _ in range(_SPIN):
@@ -48,8 +51,12 @@ def hog(cores: int, seconds: float, stop: threading.Event) -> dict[str, float]:
         for k in range(cores)
     ]
     began = time.monotonic()
-    for worker in workers:
-        worker.start()
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # inherited by the workers
+    try:
+        for worker in workers:
+            worker.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # a pending one: stop
     print(f"cpu_hog: {cores} busy core(s), pid {os.getpid()}", file=sys.stderr, flush=True)
     while any(worker.is_alive() for worker in workers):
         if stop.wait(0.2):
