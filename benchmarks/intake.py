@@ -29,6 +29,9 @@ Method (prints one JSON object, and a Markdown table on stderr):
   port queue), and the node's default audio queue (50 chunks, 2 s). ``--variants`` adds
   ``profile_only`` (the profiles, queue of 5) and ``queue_only`` (defaults, queue of 50) to
   apportion the gain.
+- ``--hog-cores N``: each variant is run a second time with ``scripts/cpu_hog.py`` keeping N
+  cores busy (a busy robot computer); ``audio_ratio_vs_no_hog`` divides its audio ratio by the
+  one without the hog, measured just before, and ``hog`` says what CPU time the hog got.
 - ``7680x4320@1`` (``--conditions``, with ``--layout graph``) shows a stream of frames far
   over ``image.max_pixels``: they are refused at intake, and audio and memory must not
   suffer. (From one participant, 100 MB frames crowd the sender's own audio out of its
@@ -43,15 +46,18 @@ Run from the repository root::
     .venv/bin/python benchmarks/intake.py --seconds 12 --json build/bench/intake.json
     .venv/bin/python benchmarks/intake.py --variants before profile_only queue_only after
     .venv/bin/python benchmarks/intake.py --layout graph --conditions 640x480@15 7680x4320@1
+    .venv/bin/python benchmarks/intake.py --variants after --hog-cores 1
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -62,6 +68,7 @@ from pathlib import Path
 from _common import ratio, write_result
 
 REPO = Path(__file__).resolve().parents[1]
+CPU_HOG = REPO / "scripts" / "cpu_hog.py"
 HELLO = REPO / "test" / "data" / "samples" / "hello.wav"
 LARGE_FRAMES = REPO / "config" / "fastdds" / "large_frames.xml"
 FRAME_RECEIVER = REPO / "config" / "fastdds" / "frame_receiver.xml"
@@ -314,6 +321,42 @@ def run_trial(node, condition: str, variant: Variant, args) -> dict:
     }
 
 
+@contextlib.contextmanager
+def cpu_hog(cores: int):
+    """scripts/cpu_hog.py keeping ``cores`` cores busy; yields, then stops it and records
+    what it used (``cpu_s`` against ``wall_s``: what it got of the cores) in the dict."""
+    process = subprocess.Popen(
+        [sys.executable, str(CPU_HOG), "--cores", str(cores)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    used: dict[str, float] = {}
+    try:
+        process.stderr.readline()  # its workers are started
+        yield used
+    finally:
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=60)
+        if process.returncode != 0:
+            raise RuntimeError(f"cpu_hog failed:\n{err[-2000:]}")
+        used.update(json.loads(out.strip().splitlines()[-1]))
+
+
+def run_trials(node, condition: str, name: str, args) -> dict[str, object]:
+    """A variant's trial, and with ``--hog-cores`` the same again beside the CPU hog."""
+    trials: dict[str, object] = {name: run_trial(node, condition, VARIANTS[name], args)}
+    if args.hog_cores:
+        hogged = f"{name}+hog{args.hog_cores}"
+        print(f"== {condition} {hogged}", file=sys.stderr, flush=True)
+        with cpu_hog(args.hog_cores) as used:
+            trial = run_trial(node, condition, VARIANTS[name], args)
+        trial["hog"] = used
+        trial["audio_ratio_vs_no_hog"] = ratio(trial["audio_ratio"], trials[name]["audio_ratio"])
+        trials[hogged] = trial
+    return trials
+
+
 def markdown_table(result: dict) -> str:
     rows = [
         "| condition | variant | audio received / sent | lost (node's count) | frames received "
@@ -372,6 +415,12 @@ def main(argv: list[str] | None = None) -> int:
         choices=tuple(VARIANTS),
         help="what to compare (see the docstring)",
     )
+    parser.add_argument(
+        "--hog-cores",
+        type=int,
+        default=0,
+        help="also run each variant with scripts/cpu_hog.py keeping this many cores busy",
+    )
     parser.add_argument("--json", type=Path, help="also write the JSON here")
     args = parser.parse_args(argv)
     if args.role == "pub":
@@ -401,7 +450,7 @@ def main(argv: list[str] | None = None) -> int:
                 trials: dict[str, object] = {}
                 for name in args.variants:
                     print(f"== {condition} {name}", file=sys.stderr, flush=True)
-                    trials[name] = run_trial(node, condition, VARIANTS[name], args)
+                    trials.update(run_trials(node, condition, name, args))
                 if "before" in trials:
                     base = trials["before"]["audio_ratio"]
                     for name in args.variants:

@@ -17,16 +17,22 @@ What a bag may be:
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import importlib
+import os
+import shutil
 import struct
 import zlib
+from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
+from io import BytesIO
 from pathlib import Path
 
 from omniflow.core.timing import NS_PER_S
-from omniflow.errors import BagError
+from omniflow.errors import BagError, BagFullError
 
 # MCAP record opcodes (https://mcap.dev/spec) read by the salvaging scanner.
 _MCAP_MAGIC = b"\x89MCAP0\r\n"
@@ -282,21 +288,60 @@ class BagReader:
                 yield message, decode(message.raw, message.msgtype)
 
 
+_FREE_SPACE = "free some space or record onto another disk (-o)"
+# Write errors that mean "no room": recording stops and the bag is closed with what it holds.
+# errno -> (what happened, what to do)
+_NO_ROOM = {
+    errno.ENOSPC: ("no space left on the device (ENOSPC)", _FREE_SPACE),
+    errno.EFBIG: (
+        "the file reached the process's file-size limit (EFBIG)",
+        "raise the limit (ulimit -f) or record shorter bags (--duration)",
+    ),
+    errno.EDQUOT: ("the disk quota is exhausted (EDQUOT)", _FREE_SPACE),
+}
+_MB = 1_000_000
+
+
+@dataclass
+class _Written:
+    """The state of a bag at its last chunk safely on disk: what a failed write rolls back to."""
+
+    size: int  # bytes of the MCAP file
+    chunks: int
+    counts: dict[str, int]
+    writer_counts: dict[int, int]
+    channel_stats: dict[int, int]
+    times: tuple[int, int, int, int]  # writer first/last, storage first/last
+
+
 class BagWriter:
     """Writes a rosbag2 directory with one zstd-compressed MCAP file (``ros2 bag`` reads it).
 
     Messages are raw CDR bytes. Chunks of about 1 MiB are compressed and written as they fill;
     :meth:`close` writes the last chunk, the index and ``metadata.yaml``. Use it as a context
     manager so an exception or Ctrl-C still closes the bag.
+
+    When the disk fills up: with ``min_free_bytes``, a write that would leave less than that
+    free on the bag's file system (``shutil.disk_usage``, checked before every message) closes
+    the bag instead, while there is room for its last chunk and index. A write that fails for
+    want of room anyway (ENOSPC, a ``ulimit -f`` file-size limit's EFBIG, a quota) cuts the file
+    back to its last complete chunk, which frees the room the index needs, and closes it there.
+    Either way the bag is complete and readable, :attr:`counts` is what it holds, and
+    :class:`BagFullError` says why, where and how much was written. (The roll-back resets
+    the state of rosbags' MCAP writer, pinned in requirements/constraints.txt;
+    test/unit/test_bag_disk_full.py fails if a new version changes it.)
     """
 
-    def __init__(self, path: str | Path, *, compress: bool = True) -> None:
+    def __init__(self, path: str | Path, *, compress: bool = True, min_free_bytes: int = 0) -> None:
         from rosbags.rosbag2 import StoragePlugin, Writer
         from rosbags.rosbag2.enums import CompressionFormat, CompressionMode
         from rosbags.rosbag2.errors import WriterError
 
         self.path = Path(path)
         self.counts: dict[str, int] = {}
+        self.received = 0
+        self.failure: BagFullError | None = None
+        self._min_free_bytes = min_free_bytes
         self._connections: dict[str, object] = {}
         self._writer = (
             Writer(self.path, version=Writer.VERSION_LATEST, storage_plugin=StoragePlugin.MCAP)
@@ -309,9 +354,10 @@ class BagWriter:
             self._writer.set_compression(CompressionMode.STORAGE, CompressionFormat.ZSTD)
         try:
             self._writer.open()
-        except WriterError as err:
+        except (WriterError, OSError) as err:
             raise BagError(f"cannot create bag {self.path}: {err}") from err
         self._open = True
+        self._written = self._snapshot()
 
     def add_topic(self, name: str, msgtype: str) -> None:
         """Declare a topic before writing to it (BagError for a type omniflow cannot describe).
@@ -325,17 +371,127 @@ class BagWriter:
             name, msgtype, typestore=typestore(), offered_qos_profiles=[_offered_qos(name)]
         )
         self.counts[name] = 0
+        self._written.counts[name] = 0
+        self._written.writer_counts = dict(self._writer.counts)
 
     def write(self, topic: str, timestamp_ns: int, raw: bytes) -> None:
-        """Append one message (raw CDR bytes) received at ``timestamp_ns``."""
-        self._writer.write(self._connections[topic], int(timestamp_ns), raw)
-        self.counts[topic] += 1
+        """Append one message (raw CDR bytes) received at ``timestamp_ns``; BagFullError (the
+        bag then closed) when the disk has no room for it."""
+        if self.failure is not None:
+            raise self.failure
+        if not self._open:
+            raise BagError(f"{self.path} is closed")
+        self.received += 1
+        storage = self._writer.storage
+        if self._min_free_bytes:
+            self._keep_free(storage.chunk.bio.tell() + len(raw))
+        try:
+            self._writer.write(self._connections[topic], int(timestamp_ns), raw)
+            self.counts[topic] += 1
+            if len(storage.chunks) != self._written.chunks:  # a chunk went to the file
+                storage.bio.flush()
+                self._written = self._snapshot()
+        except OSError as err:
+            self._close_after(err)
 
     def close(self) -> None:
         """Write what is pending, the index and metadata.yaml; safe to call twice."""
         if self._open:
+            try:
+                self._writer.close()
+            except OSError as err:
+                self._close_after(err)
             self._open = False
+
+    @property
+    def size(self) -> int:
+        """Bytes of the bag's files on disk."""
+        return sum(f.stat().st_size for f in self.path.iterdir() if f.is_file())
+
+    def _snapshot(self) -> _Written:
+        storage, writer = self._writer.storage, self._writer
+        storage.bio.flush()
+        return _Written(
+            size=storage.bio.tell(),
+            chunks=len(storage.chunks),
+            counts=dict(self.counts),
+            writer_counts=dict(writer.counts),
+            channel_stats=dict(storage.channel_stats),
+            times=(
+                writer.min_timestamp,
+                writer.max_timestamp,
+                storage.message_start_time,
+                storage.message_end_time,
+            ),
+        )
+
+    def _keep_free(self, pending: int) -> None:
+        free = shutil.disk_usage(self.path).free
+        if free - pending >= self._min_free_bytes:
+            return
+        self.received -= 1  # this message is not written
+        self.close()
+        self.failure = BagFullError(
+            f"stopped recording into {self.path}: its file system has {free / _MB:.1f} MB free, "
+            f"and writing on would leave less than the {self._min_free_bytes / _MB:g} MB kept "
+            "free (--min-free-mb); "
+            f"the bag is closed and readable with {self._summary()}: {_FREE_SPACE}"
+        )
+        raise self.failure
+
+    def _close_after(self, err: OSError) -> None:
+        """Close the bag at its last complete chunk after ``err``; raise what happened."""
+        from rosbags.rosbag2.storage_mcap import PendingChunk
+
+        why, advice = _NO_ROOM.get(err.errno, (f"a write failed ({err})", _FREE_SPACE))
+        storage = self._writer.storage
+        self._open = False
+        if storage is None:  # the MCAP file is complete; metadata.yaml was not written
+            self.failure = BagFullError(
+                f"{self.path}: {why} while writing metadata.yaml; the MCAP file in it is "
+                f"complete ({self._summary()}) and omniflow replay reads it: {advice}"
+            )
+            raise self.failure from err
+        written = self._written
+        mcap = storage.path
+        with contextlib.suppress(OSError):
+            storage.bio.close()  # its buffer holds bytes that did not fit: dropped
+        os.truncate(mcap, written.size)
+        storage.bio = mcap.open("r+b")
+        storage.bio.seek(0, os.SEEK_END)
+        storage.chunk = PendingChunk(2**63 - 1, 0, BytesIO(), defaultdict(list))
+        del storage.chunks[written.chunks :]
+        storage.channel_stats = dict(written.channel_stats)
+        (
+            self._writer.min_timestamp,
+            self._writer.max_timestamp,
+            storage.message_start_time,
+            storage.message_end_time,
+        ) = written.times
+        self._writer.counts = dict(written.writer_counts)
+        self.counts = dict(written.counts)
+        lost = self.received - sum(self.counts.values())
+        try:
             self._writer.close()
+            closed = f"the bag is closed and readable with {self._summary()}"
+        except OSError:
+            with contextlib.suppress(OSError):
+                storage.bio.close()
+            os.truncate(mcap, written.size)
+            closed = (
+                f"its index did not fit either: {mcap} holds {self._summary()} without an "
+                "index, which omniflow replay still reads"
+            )
+        self.failure = BagFullError(
+            f"{mcap}: {why} after {written.size / _MB:.1f} MB; {closed}; the {lost} messages "
+            f"received after the last complete chunk are not in it: {advice}"
+        )
+        raise self.failure from err
+
+    def _summary(self) -> str:
+        total = sum(self.counts.values())
+        per_topic = ", ".join(f"{k} {v}" for k, v in sorted(self.counts.items()))
+        return f"{total} messages ({per_topic or 'none'}), {self.size / _MB:.1f} MB"
 
     @property
     def files(self) -> list[Path]:
@@ -345,12 +501,12 @@ class BagWriter:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        self.close()
+        if self.failure is None:
+            self.close()
 
 
 def write_mcap_file(path: str | Path, messages: Iterable[BagMessage]) -> Path:
     """Write messages (in time order) to one self-contained ``.mcap`` file at ``path``."""
-    import shutil
     import tempfile
 
     path = Path(path)

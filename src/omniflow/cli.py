@@ -2,7 +2,7 @@
 
     omniflow run --profile pc|pi|replay|split-robot|split-dialogue [--bag BAG]
                  [--params-file F] [--namespace NS]
-    omniflow record [--topics T ...] [-o DIR] [--duration S]
+    omniflow record [--topics T ...] [-o DIR] [--duration S] [--min-free-mb MB]
     omniflow replay BAG [--rate R] [--clock] [--loop] [--topics T ...] [--with-graph]
     omniflow demo [--bag BAG | --audio F.wav --video F] [--out DIR]
     omniflow doctor [--profile pc|pi|replay|split-...] [--json] [--skip llm,coral,tts]
@@ -37,6 +37,9 @@ from omniflow.errors import OmniflowError
 
 # Polling period of the run loop (respawns, exits) and the record progress line.
 _POLL_S = 0.5
+# What `omniflow record` leaves free on the bag's disk (MB): room for the bag's last chunk and
+# index, and for the rest of the system.
+MIN_FREE_MB = 100.0
 
 
 def _stop_event() -> threading.Event:
@@ -81,6 +84,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     stop = _stop_event()
     _status(f"omniflow run --profile {args.profile}: {chosen.description}")
+    _say_if_frames_cannot_use_shared_memory()
     supervisor = Supervisor(specs, {spec.name for spec in specs}, RESPAWN_DELAY_S, report=_status)
     try:
         for index, (name, process) in enumerate(supervisor.processes.items(), 1):
@@ -138,17 +142,25 @@ def cmd_record(args: argparse.Namespace) -> int:
     from omniflow.ros.bag_io import Recorder
     from omniflow.ros.monitor import spinning
 
+    if args.min_free_mb < 0:
+        raise OmniflowError(f"--min-free-mb must be 0 or more, got {args.min_free_mb:g}")
     topics = args.topics or [spec.name for spec in TOPICS]
     out = args.output or Path(f"omniflow_{datetime.now(UTC):%Y%m%d_%H%M%S}")
     stop = _stop_event()
+    # Under a file-size limit (ulimit -f), a write past it then fails with EFBIG, which closes
+    # the bag, instead of SIGXFSZ killing the recorder with the bag open.
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     context = _init_ros()
     node = rclpy.create_node("omniflow_recorder", namespace=args.namespace, context=context)
     began = time.monotonic()
     try:
-        with BagWriter(out) as writer, spinning(node):
+        with (
+            BagWriter(out, min_free_bytes=int(args.min_free_mb * 1_000_000)) as writer,
+            spinning(node),
+        ):
             recorder = Recorder(node, writer, topics, args.namespace)
             _status(f"recording into {out} (Ctrl-C to stop): {', '.join(topics)}")
-            while not stop.wait(_POLL_S):
+            while not stop.wait(_POLL_S) and recorder.failure is None:
                 elapsed = time.monotonic() - began
                 counts = ", ".join(f"{k} {v}" for k, v in sorted(writer.counts.items()))
                 _status(f"  {elapsed:6.1f} s  {counts or 'waiting for publishers'}", end="")
@@ -159,6 +171,8 @@ def cmd_record(args: argparse.Namespace) -> int:
         node.destroy_node()
         rclpy.shutdown(context=context)
     _status("")
+    if recorder.failure is not None:
+        raise recorder.failure
     _status(
         f"closed {out}: "
         + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "no messages")
@@ -180,6 +194,18 @@ def _publish_frames_here() -> None:
     from omniflow.resources import share_dir
 
     os.environ.update(frame_publisher_env(str(share_dir())))
+
+
+def _say_if_frames_cannot_use_shared_memory() -> None:
+    """A warning when /dev/shm cannot hold the large-frames profile's segment: Fast DDS then
+    sends that process's frames over UDP, saying only "SHM Transport is not supported in the
+    current platform" (tested: test/integration/test_shm_fallback.py)."""
+    from omniflow.core.doctor import FAIL
+    from omniflow.doctor import check_shm
+
+    check = check_shm()
+    if check.verdict == FAIL:
+        _status(f"warning: {check.detail}; {check.fix}")
 
 
 def _replay(
@@ -270,6 +296,7 @@ def _graph_ready(node, namespace: str) -> dict[str, object]:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     _publish_frames_here()
+    _say_if_frames_cannot_use_shared_memory()
     return _replay(
         args.bag,
         args.namespace,
@@ -317,6 +344,13 @@ def parser() -> argparse.ArgumentParser:
     )
     record.add_argument("--duration", type=float, help="stop after this many seconds")
     record.add_argument("--namespace", default="", help="namespace of the graph")
+    record.add_argument(
+        "--min-free-mb",
+        type=float,
+        default=MIN_FREE_MB,
+        help="stop and close the bag when less than this is free on its disk (MB; 0: write "
+        "until a write fails, then close the bag at its last complete chunk)",
+    )
 
     replay = sub.add_parser("replay", help="publish a bag with its original timing")
     replay.add_argument("bag", type=Path, help="MCAP file or rosbag2 directory")

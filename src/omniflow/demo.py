@@ -355,6 +355,8 @@ def run_session(
             )
             time.sleep(SETTLE_S)
             recorder.close()
+            if recorder.failure is not None:  # the disk filled up: the outputs are cut short
+                raise recorder.failure
         progress.step("stopping the nodes")
     finally:
         player_node.destroy_node()

@@ -373,15 +373,11 @@ def check_power(root: str) -> list[Check]:
 
 def check_shm(shm: str = "/dev/shm") -> Check:
     """Room in /dev/shm for the camera process's large-frames segment."""
-    import xml.etree.ElementTree as ElementTree
-
     from omniflow.graph import FRAME_PUBLISHER_PROFILE
     from omniflow.resources import share_dir
 
     profile = share_dir().joinpath(*FRAME_PUBLISHER_PROFILE)
-    # Fast DDS profiles carry an XML namespace: match the tag by its local name.
-    sizes = [e.text for e in ElementTree.parse(profile).iter() if e.tag.endswith("segment_size")]
-    segment = int(sizes[0]) if sizes else 0
+    segment = verdicts.shm_segment_bytes(profile.read_text(encoding="utf-8"))
     try:
         free = shutil.disk_usage(shm).free
     except OSError as err:

@@ -49,3 +49,8 @@ class RemoteCallError(OmniflowError):
 
 class BagError(OmniflowError):
     """A recorded bag is missing, unreadable, truncated, or lacks the topics or types asked for."""
+
+
+class BagFullError(BagError):
+    """Recording stopped because the disk (or a file-size limit) left no room: the bag has been
+    closed with what was written before, and the message says why, where and how much."""

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from omniflow.core.params import ACCELERATORS
 from omniflow.errors import ConfigError
 from omniflow.launcher import NodeSpec
+from omniflow.security import ENCLAVE_ROOT
 
 # Capture nodes own a device.
 CAPTURE_NODES = ("audio_capture", "camera")
@@ -341,12 +342,20 @@ def launch_node_actions(
                     ),
                 },
             ],
-            arguments=["--ros-args", "--log-level", log_level],
+            arguments=["--ros-args", "--log-level", log_level, "--enclave", enclave(node.name)],
             remappings=list(node.remappings.items()),
             additional_env=dict(node.env) or None,
         )
         for node in nodes
     ]
+
+
+def enclave(node_name: str) -> str:
+    """The SROS2 enclave a node of the graph runs in, ``/omniflow/<node>``: both ``omniflow run``
+    and the launch files pass it (``--ros-args --enclave``). It only matters with
+    ROS_SECURITY_ENABLE=true, when rcl loads the node's keys from that enclave of
+    ROS_SECURITY_KEYSTORE (or from ROS_SECURITY_ENCLAVE_OVERRIDE's, which the nodes inherit)."""
+    return f"{ENCLAVE_ROOT}/{node_name}"
 
 
 def node_parameters(
@@ -482,6 +491,7 @@ def graph_nodes(
             log_level=log_level,
             env=envs.get(name, {}),
             remappings=dict(remappings.get(name, {})),
+            enclave=enclave(name),
         )
         for name in names
     ]

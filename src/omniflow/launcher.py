@@ -33,6 +33,8 @@ class NodeSpec:
     namespace: str = ""
     log_level: str = "info"
     env: Mapping[str, str] = field(default_factory=dict)
+    # The node's ROS 2 security enclave (``--enclave``); empty: the context's default, "/".
+    enclave: str = ""
 
     @property
     def executable(self) -> str:
@@ -58,6 +60,8 @@ class NodeSpec:
             "--log-level",
             self.log_level,
         ]
+        if self.enclave:
+            argv += ["--enclave", self.enclave]
         if self.namespace.strip("/"):  # rcl refuses "robot1": it must be fully qualified
             argv += ["-r", f"__ns:=/{self.namespace.strip('/')}"]
         for source, target in self.remappings.items():

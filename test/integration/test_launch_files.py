@@ -3,8 +3,8 @@ launch, launch_ros and ros2launch sources, see ros_launch.py), its nodes over DD
 
 - ``replay.launch.py`` on the bundled session gives the replay regression's outputs;
 - ``robot.launch.py`` and ``pi.launch.py``, with file stand-ins for the devices through
-  ``params_file``, bring every node up active in ``namespace``, with the file's parameters and
-  ``use_sim_time``;
+  ``params_file``, bring every node up active in ``namespace``, each in its SROS2 enclave,
+  with the file's parameters and ``use_sim_time``;
 - a capture node killed with SIGKILL is started again by launch's own respawn, and active.
 
 Skipped (with the reason) when the shared vendor directory beside the checkout is absent.
@@ -154,6 +154,11 @@ def _bring_up(
     wait_all_active(ros_node, launch, namespace, GRAPH_NODES)
     for name in GRAPH_NODES:
         assert get_parameter(ros_node, f"{namespace}/{name}", "use_sim_time") is sim, name
+    # Each in its SROS2 enclave (announced with the node, so known once the node answers).
+    enclaves = {(n, ns): e for n, ns, e in ros_node.get_node_names_and_namespaces_with_enclaves()}
+    assert {name: enclaves.get((name, namespace)) for name in GRAPH_NODES} == {
+        name: f"/omniflow/{name}" for name in GRAPH_NODES
+    }
     # The stand-in file's parameters, and the profile's own ones it carries.
     assert get_parameter(ros_node, f"{namespace}/audio_capture", "source") == "file"
     assert get_parameter(ros_node, f"{namespace}/camera", "path") == str(sample("scene.avi"))

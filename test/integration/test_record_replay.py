@@ -3,6 +3,8 @@ records it over real DDS, and Ctrl-C leaves a complete, readable bag."""
 
 from __future__ import annotations
 
+import contextlib
+import resource
 import signal
 import subprocess
 import sys
@@ -19,12 +21,17 @@ from omniflow.ros.monitor import TopicRecorder
 TIMEOUT_S = 120
 
 
-def omniflow(*args: str) -> subprocess.Popen:
+def omniflow(*args: str, file_size_limit: int | None = None) -> subprocess.Popen:
+    """``file_size_limit``: the child's RLIMIT_FSIZE (``ulimit -f``), a disk filling up
+    without root or a shared disk being filled."""
     return subprocess.Popen(
         [sys.executable, "-m", "omniflow.cli", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        preexec_fn=None
+        if file_size_limit is None
+        else lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (file_size_limit,) * 2),
     )
 
 
@@ -41,32 +48,22 @@ def wait_for_line(process: subprocess.Popen, text: str, timeout: float = TIMEOUT
     raise AssertionError(f"no {text!r} in the output:\n{''.join(seen)}")
 
 
-def test_ctrl_c_while_messages_flow_leaves_a_complete_bag(tmp_path):
+@contextlib.contextmanager
+def recording_a_looped_session(out, *, file_size_limit: int | None = None):
+    """``omniflow record`` of audio and frames, and the session played into it in a loop;
+    both stopped at the end if still running. Yields the recorder."""
     namespace = f"/t{uuid.uuid4().hex[:6]}"
-    out = tmp_path / "rec"
+    topics = ("--topics", "audio", "image_raw")
     recorder = omniflow(
-        "record", "--namespace", namespace, "-o", str(out), "--topics", "audio", "image_raw"
+        "record", "--namespace", namespace, "-o", str(out), *topics, file_size_limit=file_size_limit
     )
     player = None
     try:
         wait_for_line(recorder, "recording into")
-        player = omniflow(
-            "replay",
-            str(sample("session.mcap")),
-            "--namespace",
-            namespace,
-            "--wait",
-            "60",
-            "--loop",
-            "--topics",
-            "audio",
-            "image_raw",
-        )
+        played = ("replay", str(sample("session.mcap")), "--namespace", namespace, "--loop")
+        player = omniflow(*played, "--wait", "60", *topics)
         wait_for_line(player, "waiting up to")
-        time.sleep(8.0)  # mid-stream: frames and audio arriving
-        recorder.send_signal(signal.SIGINT)
-        assert recorder.wait(30) == 0
-        closing = wait_for_line(recorder, "closed")
+        yield recorder
     finally:
         for process in (recorder, player):
             if process is not None and process.poll() is None:
@@ -75,12 +72,40 @@ def test_ctrl_c_while_messages_flow_leaves_a_complete_bag(tmp_path):
                     process.wait(10)
                 except subprocess.TimeoutExpired:
                     process.kill()
+
+
+def test_ctrl_c_while_messages_flow_leaves_a_complete_bag(tmp_path):
+    out = tmp_path / "rec"
+    with recording_a_looped_session(out) as recorder:
+        time.sleep(8.0)  # mid-stream: frames and audio arriving
+        recorder.send_signal(signal.SIGINT)
+        assert recorder.wait(30) == 0
+        closing = wait_for_line(recorder, "closed")
     reader = BagReader(out)
     assert reader.problems == []
     counts = {name: topic.count for name, topic in reader.topics.items()}
     assert counts.get("audio", 0) > 25 and counts.get("image_raw", 0) > 10, closing
     assert closing.strip().endswith(", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
     assert sum(1 for _ in reader.messages()) == sum(counts.values())
+
+
+def test_a_full_disk_stops_the_recording_with_the_bag_closed_and_readable(tmp_path):
+    out = tmp_path / "rec"
+    with recording_a_looped_session(out, file_size_limit=3_000_000) as recorder:
+        code = recorder.wait(TIMEOUT_S)
+        output = recorder.stdout.read()
+    assert code == 1, output
+    assert "Traceback" not in output
+    error = next(line for line in output.splitlines() if "omniflow record: error:" in line)
+    assert "EFBIG" in error and str(out) in error and "closed and readable" in error
+    reader = BagReader(out)
+    assert reader.problems == [] and (out / "metadata.yaml").is_file()
+    counts = {name: topic.count for name, topic in reader.topics.items()}
+    assert counts["audio"] > 0 and counts["image_raw"] > 0, error
+    total = sum(counts.values())
+    summary = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+    assert f"{total} messages ({summary})" in error  # what it says is what the bag holds
+    assert sum(1 for _ in reader.messages()) == total
 
 
 def test_replay_with_clock_recorded_and_stopped_with_ctrl_c(tmp_path, ros_node):

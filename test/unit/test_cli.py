@@ -37,6 +37,12 @@ def test_the_replay_profile_needs_a_bag(capsys):
     assert "needs --bag" in capsys.readouterr().err
 
 
+def test_record_refuses_a_negative_free_space_margin(tmp_path, capsys):
+    assert cli.main(["record", "--min-free-mb", "-5", "-o", str(tmp_path / "rec")]) == 1
+    assert "--min-free-mb must be 0 or more, got -5" in capsys.readouterr().err
+    assert not (tmp_path / "rec").exists()
+
+
 def test_replaying_a_missing_or_foreign_bag_fails_clearly(tmp_path, capsys):
     assert cli.main(["replay", str(tmp_path / "none.mcap")]) == 1
     assert "does not exist" in capsys.readouterr().err

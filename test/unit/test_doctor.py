@@ -306,6 +306,35 @@ def test_shm_check_reads_the_segment_of_the_frames_profile() -> None:
     assert doctor.check_shm().data["needed_mb"] == 16.0
 
 
+FASTDDS = Path(__file__).parents[2] / "config" / "fastdds"
+
+
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [
+        ((FASTDDS / "large_frames.xml").read_text(), 16 << 20),
+        ((FASTDDS / "frame_receiver.xml").read_text(), 0),  # Fast DDS's default
+        ("<dds><segment_size>lots</segment_size></dds>", 0),
+        ("not xml", 0),
+    ],
+)
+def test_the_segment_size_of_a_profile(text, size) -> None:
+    assert verdicts.shm_segment_bytes(text) == size
+
+
+def test_a_node_whose_profile_does_not_fit_in_shm_is_told_why(tmp_path) -> None:
+    from omniflow.ros.run import _shm_shortfall
+
+    huge = tmp_path / "huge.xml"  # a segment no /dev/shm holds
+    huge.write_text(f"<dds><segment_size>{1 << 50}</segment_size></dds>")
+    said = _shm_shortfall({"FASTRTPS_DEFAULT_PROFILES_FILE": str(huge)})
+    assert "fall back to UDP" in said and str(huge) in said and "--shm-size" in said
+    frames = str(FASTDDS / "large_frames.xml")
+    assert _shm_shortfall({"FASTRTPS_DEFAULT_PROFILES_FILE": frames}, str(tmp_path)) == ""
+    assert _shm_shortfall({}) == ""
+    assert _shm_shortfall({"FASTRTPS_DEFAULT_PROFILES_FILE": str(tmp_path / "none")}) == ""
+
+
 # ----------------------------------------------------------------------- the command here
 def test_doctor_pi_on_this_machine_fails_clearly_and_exits_non_zero(capsys) -> None:
     code = main(["doctor", "--profile", "pi", "--json", "--skip", "llm,coral,tts"])

@@ -232,7 +232,8 @@ def test_launch_node_actions_carry_respawn_sim_time_log_level_and_camera_env(mon
     for name, action in actions.items():
         assert action["package"] == "omniflow" and action["executable"] == name
         assert action["namespace"] == "/r1"
-        assert action["arguments"] == ["--ros-args", "--log-level", "debug"]
+        enclave = ["--enclave", f"/omniflow/{name}"]  # its SROS2 enclave, as in the policy
+        assert action["arguments"] == ["--ros-args", "--log-level", "debug", *enclave]
         own = yaml.safe_load((ROOT / "config" / "robot.yaml").read_text())
         from_file = {
             **own["/**"]["ros__parameters"],
@@ -299,3 +300,13 @@ def test_readme_topic_table_is_generated_from_the_graph():
     assert block in (ROOT / "README.md").read_text(), (
         "README's topic table is out of date: paste the output of `python -m omniflow.graph`"
     )
+
+
+def test_omniflow_run_starts_each_node_in_its_enclave_of_the_policy():
+    specs = graph.profile_nodes("pc", str(ROOT))
+    policy = (ROOT / "config" / "sros2" / "policy.xml").read_text()
+    for spec in specs:
+        argv = spec.argv(Path("p.yaml"))
+        enclave = argv[argv.index("--enclave") + 1]
+        assert argv.index("--ros-args") < argv.index("--enclave")
+        assert enclave == f"/omniflow/{spec.name}" and f'<enclave path="{enclave}">' in policy

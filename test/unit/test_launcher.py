@@ -99,6 +99,12 @@ def test_argv_has_no_namespace_remap_without_a_namespace() -> None:
     assert not any(a.startswith("__ns:=") for a in NodeSpec("m", "n", namespace="/").argv(Path()))
 
 
+def test_argv_passes_the_enclave_when_there_is_one() -> None:
+    assert "--enclave" not in NodeSpec(module="m", name="n").argv(Path("p.yaml"))
+    argv = NodeSpec(module="m", name="n", enclave="/omniflow/n").argv(Path("p.yaml"))
+    assert pairs(argv, "--enclave") == ["/omniflow/n"]
+
+
 @pytest.mark.parametrize("namespace", ["robot1", "/robot1", "robot1/"])
 def test_argv_qualifies_a_namespace_written_without_its_slash(namespace) -> None:
     """``omniflow run --namespace robot1``: rcl refuses ``__ns:=robot1`` and every node

@@ -231,9 +231,25 @@ def camera_frames(
     return Check(name, OK, detail, data=data)
 
 
+def shm_segment_bytes(profile_xml: str) -> int:
+    """The shared-memory segment size a Fast DDS profile (XML text) asks for; 0 when it sets
+    none (Fast DDS's 512 KiB default) or is not XML."""
+    import xml.etree.ElementTree as ElementTree
+
+    try:
+        root = ElementTree.fromstring(profile_xml)
+    except ElementTree.ParseError:
+        return 0
+    # Fast DDS profiles carry an XML namespace: match the tag by its local name.
+    sizes = [e.text for e in root.iter() if e.tag.endswith("segment_size")]
+    return int(sizes[0]) if sizes and (sizes[0] or "").strip().isdigit() else 0
+
+
 def shared_memory(free_bytes: int, segment_bytes: int, processes: int) -> Check:
     """/dev/shm must hold the large-frames profile's segment in each process that loads it
-    (with room for the default segments); otherwise Fast DDS silently falls back to UDP."""
+    (with room for the default segments); otherwise Fast DDS drops that transport, saying only
+    "SHM Transport is not supported in the current platform", and frames go over UDP (or the
+    default 512 KiB segment under ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST)."""
     need = segment_bytes * processes
     data = {"free_mb": round(free_bytes / 2**20, 1), "needed_mb": round(need / 2**20, 1)}
     detail = (
@@ -243,7 +259,8 @@ def shared_memory(free_bytes: int, segment_bytes: int, processes: int) -> Check:
         return Check(
             "dds.shm",
             FAIL,
-            detail + ": camera frames fall back to UDP (~21 ms instead of ~9 ms)",
+            detail + ": camera frames fall back to UDP (~21 ms instead of ~9 ms, best-effort "
+            'frames lost; Fast DDS says "SHM Transport is not supported")',
             "enlarge /dev/shm (Docker: --shm-size=256m; mount -o remount,size=256M /dev/shm)",
             data,
         )

@@ -67,7 +67,9 @@ def _absolute(name: str, namespace: str) -> str:
 class Recorder:
     """Writes every message of the named topics (relative to ``namespace``) into a bag.
 
-    Names are relative to ``namespace`` (``/diagnostics``: absolute). A topic's type is the
+    A write that fails (the disk full) stops the recording: :attr:`failure` then says why, and
+    the bag holds what was written before it. Names are relative to ``namespace``
+    (``/diagnostics``: absolute). A topic's type is the
     graph's (``omniflow.graph.TOPICS``) or, for topics not in that table
     or typed there as "whatever the publisher says", the type its publishers declare; topics
     with no publisher yet are subscribed as soon as one appears. Timestamps are the receive
@@ -93,6 +95,7 @@ class Recorder:
         self._subscriptions: dict[str, object] = {}
         self.skipped: dict[str, str] = {}  # topic -> why it is not recorded
         self.closed = False
+        self.failure: BagError | None = None  # why recording stopped on its own (disk full)
         self._discover()
         self._timer = node.create_timer(_DISCOVERY_PERIOD_S, self._discover)
 
@@ -130,17 +133,26 @@ class Recorder:
             with self._lock:
                 if self.closed:
                     return
-                self._writer.write(name, stamp, raw)
+                try:
+                    self._writer.write(name, stamp, raw)
+                except BagError as err:  # the writer has closed the bag with what it holds
+                    self.closed = True
+                    self.failure = err
+                    return
             if self._on_message is not None:
                 self._on_message(name, self._types[name], stamp, raw)
 
         return on_message
 
     def close(self) -> dict[str, int]:
-        """Stop recording and close the bag (every message received so far is in it)."""
+        """Stop recording and close the bag: every message received so far is in it, unless
+        :attr:`failure` says otherwise."""
         with self._lock:
             self.closed = True
-            self._writer.close()
+            try:
+                self._writer.close()
+            except BagError as err:
+                self.failure = self.failure or err
         self._node.destroy_timer(self._timer)
         for subscription in self._subscriptions.values():
             self._node.destroy_subscription(subscription)

@@ -17,12 +17,15 @@ valid until the end:
 
 from __future__ import annotations
 
+import os
+import shutil
 import signal
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from pathlib import Path
 
 import rclpy
 from rclpy.exceptions import InvalidParameterTypeException, InvalidParameterValueException
@@ -31,6 +34,7 @@ from rclpy.lifecycle import LifecycleNode, TransitionCallbackReturn
 from rclpy.node import Node
 from rclpy.signals import SignalHandlerOptions
 
+from omniflow.core.doctor import FAIL, shared_memory, shm_segment_bytes
 from omniflow.errors import ConfigError
 
 # Signals that stop a node executable (Ctrl-C; what launch and systemd send).
@@ -78,7 +82,10 @@ def run_node(
     with the reason logged.
     """
     with stop_on_signals() as stop:
+        shm_shortfall = _shm_shortfall(os.environ)  # before the participant takes its share
         rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+        if shm_shortfall:
+            rclpy.logging.get_logger("omniflow").warning(shm_shortfall)
         try:
             node = node_factory()
         except (InvalidParameterValueException, InvalidParameterTypeException, ConfigError) as err:
@@ -104,6 +111,20 @@ def run_node(
         finally:
             _stop(node, executor, spinner)
     return 1 if failed else 0
+
+
+def _shm_shortfall(env: Mapping[str, str], shm: str = "/dev/shm") -> str:
+    """What goes wrong, and what to do, when /dev/shm cannot hold the shared-memory segment of
+    the Fast DDS profile this process loads (the camera's large-frames one): Fast DDS then
+    drops that transport, saying only "SHM Transport is not supported in the current
+    platform". Empty when it fits or no profile asks for a segment."""
+    path = env.get("FASTRTPS_DEFAULT_PROFILES_FILE") or env.get("FASTDDS_DEFAULT_PROFILES_FILE")
+    try:
+        segment = shm_segment_bytes(Path(path).read_text(encoding="utf-8")) if path else 0
+        check = shared_memory(shutil.disk_usage(shm).free, segment, processes=1)
+    except OSError:
+        return ""  # no profile to read (Fast DDS says so itself), or no /dev/shm to measure
+    return f"{check.detail} ({path}); {check.fix}" if segment and check.verdict == FAIL else ""
 
 
 def _spin(executor: Executor, stop: threading.Event, failed: list[BaseException]) -> None:
