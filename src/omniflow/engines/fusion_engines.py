@@ -125,6 +125,16 @@ ENGINE_PARAMS = (
         maximum=5000,
         read_only=True,
     ),
+    ParamSpec(
+        "asr.whisper.draft_window_s",
+        10.0,
+        "Seconds of Whisper's 30 s window a partial transcript's encoder reads (greedy, "
+        "no word times), never less than the speech and 1 s; finals read the whole window",
+        unit="s",
+        minimum=1.0,
+        maximum=30.0,
+        read_only=True,
+    ),
     ParamSpec("vision.enabled", True, "Encode camera frames into vision tokens", read_only=True),
     ParamSpec(
         "vision.accelerator",
@@ -286,6 +296,7 @@ def fusion_engines_from_params(
             whisper_threads=p["asr.whisper.threads"],
             whisper_beam_size=p["asr.whisper.beam_size"],
             whisper_partial_interval_ms=p["asr.whisper.partial_interval_ms"],
+            whisper_draft_window_s=p["asr.whisper.draft_window_s"],
         )
 
     def vision() -> VisionEncoder:
