@@ -182,7 +182,7 @@ def run_engine(
         one, full_ms, full_errors = [], [], [0, 0]
         for _, ref, samples in utterances:
             t0 = time.perf_counter()
-            text = rec._worker.decode(samples, False).text  # one full decode of it all
+            text = rec.decode_once(samples).text  # one full decode of it all
             full_ms.append((time.perf_counter() - t0) * 1000)
             one.append(full_ms[-1] / 1000 / (len(samples) / RATE))
             full_errors[0] += edit_distance(words(ref), words(text))

@@ -74,7 +74,7 @@ def asr_round(audio: list[np.ndarray]) -> list[float]:
     times = []
     for samples in audio:
         t0 = time.perf_counter()
-        rec._worker.decode(samples, False)  # a full decode, as a final
+        rec.decode_once(samples)  # a full decode, as a final
         times.append((time.perf_counter() - t0) * 1000)
     rec.close()
     return times

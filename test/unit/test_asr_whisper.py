@@ -193,10 +193,9 @@ def test_drafts_read_a_cut_window_and_the_final_is_a_full_decode(
         time.sleep(0.01)  # the worker gets to the drafts
     assert whisper.wait_idle(60)
     result = whisper.finish()
-    decode = whisper._worker.decode
-    full = decode(samples, False)
+    full = whisper.decode_once(samples)
     assert result.text == full.text and result.words  # the final: word times, whole window
-    draft = decode(samples, True)
+    draft = whisper.decode_once(samples, draft=True)
     assert draft.text and draft.words == []
     assert DRAFT_WINDOW_S < 30.0
 

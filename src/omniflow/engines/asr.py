@@ -25,9 +25,9 @@ of the window (:func:`encoder_frames`), greedily and without word times, about 5
 a *full* decode (at a pause, or at the end) reads the whole window with the beam search and
 word times, and only a full decode becomes a final. A cut window costs words (in
 ``benchmarks/asr.py``, finals from a 10 s window had a word error rate of 0.47 against 0.35
-from the whole window), which is why finals never use it; drafts only feed the partial transcript and the dialogue's evaluation
-ahead. It decodes on a worker thread of its own, and ``feed`` (and ``end``, below) stay
-cheap on the caller's thread:
+from the whole window), which is why finals never use it; drafts only feed the partial
+transcript and the dialogue's evaluation ahead. It decodes on a worker thread of its own,
+and ``feed`` (and ``end``, below) stay cheap on the caller's thread:
 
 - ``feed`` appends the chunk to a preallocated buffer and hands the worker a snapshot of
   the buffer when the worker is idle: a draft at most every ``partial_interval_ms`` of new
@@ -381,7 +381,7 @@ class _Worker:
     reference to the recogniser, so dropping the recogniser stops the thread
     (``weakref.finalize``)."""
 
-    def __init__(self, decode: Callable[[np.ndarray, bool], RecognitionResult]) -> None:
+    def __init__(self, decode: Callable[[_Job], RecognitionResult]) -> None:
         self.decode = decode
         self.cond = threading.Condition()
         self.finals: deque[_Job] = deque()
@@ -427,7 +427,7 @@ class _Worker:
                 self.running = job
             t0 = time.perf_counter_ns()
             try:
-                job.result = self.decode(job.samples, job.draft)
+                job.result = self.decode(job)
             except Exception as err:  # reported to the caller with the final
                 job.error = err
             spent = time.perf_counter_ns() - t0
@@ -532,8 +532,9 @@ class WhisperRecognizer(Recognizer):
     @staticmethod
     def _decode_fn(
         model: Any, language: str, beam_size: int, draft_window_s: float
-    ) -> Callable[[np.ndarray, bool], RecognitionResult]:
-        def decode(samples: np.ndarray, draft: bool) -> RecognitionResult:
+    ) -> Callable[[_Job], RecognitionResult]:
+        def decode(job: _Job) -> RecognitionResult:
+            samples, draft = job.samples, job.draft
             audio = samples.astype(np.float32) / 32768.0
             model.frames = encoder_frames(len(samples), draft_window_s) if draft else None
             segments, _ = model.transcribe(
@@ -565,6 +566,11 @@ class WhisperRecognizer(Recognizer):
             )
 
         return decode
+
+    def decode_once(self, samples: np.ndarray, *, draft: bool = False) -> RecognitionResult:
+        """One decode of ``samples`` on the caller's thread, as the worker makes a final
+        (``draft``: a partial); word times relative to the first sample. For measuring."""
+        return self._worker.decode(_Job(-1, check_pcm16k(samples), draft))
 
     @property
     def stats(self) -> WhisperStats:
