@@ -12,10 +12,11 @@ association rows include waits by design: the VAD's closing silence and the wind
 (12 s of session, plus node start-up, the 2.5 s tail and shutdown). Prints JSON; ``--json
 PATH`` also writes it.
 
-``--baseline`` also replays the session, run for run alternating with the defaults, with the
-turn-taking before the semantic end of turn (``vad.min_silence_ms`` 400, the dialogue
-answering every final at once: ``BASELINE``), and gives each stage's median beside it and
-their ratio.
+``--baseline NAME`` also replays the session, run for run alternating with the defaults, with
+one of ``BASELINES``: ``turn-taking`` before the semantic end of turn (``vad.min_silence_ms``
+400, the dialogue answering every final at once), ``partials`` before the draft partials and
+vision's yield (``asr.whisper.draft_window_s`` 30, ``vision.turn_yield_ms`` 0); it gives
+each stage's median beside the defaults' and their ratio.
 
     .venv/bin/python benchmarks/session_replay.py --runs 3 --json build/bench/session_replay.json
 """
@@ -34,9 +35,17 @@ from _common import median, ratio, write_result
 
 from omniflow import demo, report
 
-# The turn-taking before the semantic end of turn: the VAD's 400 ms closing silence, and
-# every final transcript answered at once.
-BASELINE = {"fusion": {"vad.min_silence_ms": 400}, "dialogue": {"end_of_turn.enabled": False}}
+# Baselines (--baseline NAME): "turn-taking", before the semantic end of turn (the VAD's
+# 400 ms closing silence, every final transcript answered at once); "partials", before the
+# draft partials and vision's yield at the end of a turn (partials read Whisper's whole
+# window, frames encoded throughout).
+BASELINES = {
+    "turn-taking": {
+        "fusion": {"vad.min_silence_ms": 400},
+        "dialogue": {"end_of_turn.enabled": False},
+    },
+    "partials": {"fusion": {"asr.whisper.draft_window_s": 30.0, "vision.turn_yield_ms": 0}},
+}
 
 
 def replay(overrides: dict | None) -> tuple[dict, float]:
@@ -76,7 +85,9 @@ def stage_medians(tables: list[dict]) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--baseline", action="store_true", help="also replay with BASELINE")
+    parser.add_argument(
+        "--baseline", choices=sorted(BASELINES), help="also replay with this baseline, alternating"
+    )
     parser.add_argument("--json", type=Path, help="also write the JSON here")
     args = parser.parse_args()
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
@@ -86,7 +97,7 @@ def main() -> None:
         tables.append(table)
         walls.append(wall)
         if args.baseline:
-            baseline.append(replay(BASELINE)[0])
+            baseline.append(replay(BASELINES[args.baseline])[0])
     stages = stage_medians(tables)
     out = {
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
@@ -97,7 +108,11 @@ def main() -> None:
     }
     if args.baseline:
         before = stage_medians(baseline)
-        out["baseline"] = {"overrides": BASELINE, "stages": before}
+        out["baseline"] = {
+            "name": args.baseline,
+            "overrides": BASELINES[args.baseline],
+            "stages": before,
+        }
         out["ratio_vs_baseline"] = {
             stage: ratio(row["median_ms"], (before.get(stage) or {}).get("median_ms"))
             for stage, row in stages.items()
