@@ -40,9 +40,11 @@ ENGINE_PARAMS = (
         "audio.denoise",
         "none",
         "Noise suppressor on the microphone (after the echo removal, before the VAD and the "
-        "recogniser): none, speex (Speex's preprocessor, ~0.05 ms a 40 ms chunk) or rnnoise "
-        "(RNNoise, ~4 ms a chunk); off by default because neither lowered Whisper's word "
-        "error rate on the hearing benchmark (benchmarks/hearing.py --denoise)",
+        "recogniser): none, speex (Speex's preprocessor, 20 ms delay, 0.08 ms a 40 ms chunk) "
+        "or rnnoise (RNNoise, ~31 ms delay, 12 ms a chunk). Off by default: on the hearing "
+        "benchmark Speex lowered Whisper's word error rate at 10 dB SNR (0.54 -> 0.34) but "
+        "raised it at 20 dB (0.26 -> 0.32) and in far rooms; RNNoise raised it everywhere "
+        "(benchmarks/hearing.py --denoise). speex suits a steadily loud room",
         choices=DENOISERS,
         read_only=True,
     ),
