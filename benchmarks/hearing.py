@@ -30,9 +30,11 @@ Method (prints one JSON object):
   (the same finals, several times faster, but no latency figures).
 
 A benchmark prints figures; it does not fail on a slow machine. Run from the repository root
-(about 10 minutes; real-time pacing)::
+(about 10 minutes at real-time pacing; the three suppressors unpaced took 44 minutes on a
+busy 2-core machine)::
 
     .venv/bin/python benchmarks/hearing.py --json build/bench/hearing.json
+    .venv/bin/python benchmarks/hearing.py --unpaced --denoise none,speex,rnnoise
 """
 
 from __future__ import annotations

@@ -181,8 +181,7 @@ class RnnoiseDenoiser:
         self._lib = lib
         self._frame = int(lib.rnnoise_get_frame_size())
         self._state = None
-        self._out = DelayLine(0)
-        self.reset()
+        self.reset()  # the state, the resamplers and the output queue
 
     def __del__(self) -> None:
         state, self._state = getattr(self, "_state", None), None
