@@ -18,14 +18,23 @@ Method (prints one JSON object):
   2 threads), streamed with ``benchmarks/asr.py``'s ``stream``: 40 ms chunks at real time,
   then ``end()`` and ``poll_final()`` every 10 ms; the noise goes on for ``--tail-ms`` after
   the speech (the VAD's closing silence).
-- Figures per condition: word error rate over its sentences (edits / reference words, after
-  ``omniflow.core.text.words``) and the final's latency after ``end()`` (median, p90); and per
-  rate and SNR over all rooms. ``--quick`` keeps 10 dB and the fan only.
+- Noise suppression (``--denoise none,speex,rnnoise``, issue 16 point 3): each room is heard
+  through each suppressor in the same run, ``none`` the baseline. The suppressor runs as in
+  the fusion node, on the 16 kHz stream in 40 ms blocks, after ``WARM_S`` of the same room
+  (a running node has learnt the noise), and the recogniser gets its output from there on;
+  its cost per block is timed (median, p90).
+- Figures per condition and suppressor: word error rate over its sentences (edits /
+  reference words, after ``omniflow.core.text.words``) and the final's latency after
+  ``end()`` (median, p90); and per suppressor, rate and SNR over all rooms. ``--quick`` keeps
+  10 dB and the fan only; ``--unpaced`` feeds the recogniser as fast as it takes the audio
+  (the same finals, several times faster, but no latency figures).
 
 A benchmark prints figures; it does not fail on a slow machine. Run from the repository root
-(about 10 minutes; real-time pacing)::
+(about 10 minutes at real-time pacing; the three suppressors unpaced took 44 minutes on a
+busy 2-core machine)::
 
     .venv/bin/python benchmarks/hearing.py --json build/bench/hearing.json
+    .venv/bin/python benchmarks/hearing.py --unpaced --denoise none,speex,rnnoise
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +64,7 @@ from omniflow.core.room_sounds import (  # noqa: E402
 )
 from omniflow.core.text import edit_distance, words  # noqa: E402
 from omniflow.engines.asr import WhisperRecognizer  # noqa: E402
+from omniflow.engines.denoise import make_denoiser  # noqa: E402
 
 SENTENCES = (*OPEN, COMMANDS[1], COMMANDS[4])
 VOICES = ("en-us", "en-us+f3", "en-gb", "en-us+m7")
@@ -64,6 +75,9 @@ BABBLE_LINES = (
 )
 SNRS_DB = (20.0, 10.0, 5.0)
 LEAD_S = 0.3
+# Room heard by the suppressor before each sentence's stretch (not by the recogniser).
+WARM_S = 1.0
+BLOCK = 640  # the fusion node's 40 ms chunk
 
 
 def make_noises(n: int, seed: int) -> dict[str, np.ndarray]:
@@ -82,27 +96,55 @@ def make_noises(n: int, seed: int) -> dict[str, np.ndarray]:
 def room(
     speech: np.ndarray, noise: np.ndarray, snr_db: float, far: bool, rate: int, seed: int
 ) -> tuple[np.ndarray, float]:
-    """The microphone's 16 kHz int16 stream for one sentence in one condition, and the SNR
-    measured on the mix."""
+    """The microphone's 16 kHz int16 stream for one sentence in one condition (``WARM_S``
+    of the room, then ``LEAD_S``, then the voice), and the SNR measured on the mix."""
     voice = far_talker(speech, np.random.default_rng(seed)) if far else speech
-    mix, measured = mix_at_snr(voice, noise, snr_db, at=round(LEAD_S * RATE))
+    mix, measured = mix_at_snr(voice, noise, snr_db, at=round((WARM_S + LEAD_S) * RATE))
     if rate == 8000:
         band = resample_poly(mix.astype(np.float64), 1, 2)
         mix = np.clip(np.rint(resample_poly(band, 2, 1)), -32768, 32767).astype(np.int16)
     return mix, measured
 
 
+def suppressed(name: str, mix: np.ndarray, costs: list[float]) -> np.ndarray:
+    """``mix`` through a new ``name`` suppressor in 40 ms blocks (each block's time appended
+    to ``costs``, in ms), without the ``WARM_S`` it heard first."""
+    warm = round(WARM_S * RATE)
+    engine = make_denoiser(name)
+    if engine is None:
+        return mix[warm:]
+    out = []
+    for i in range(0, len(mix), BLOCK):
+        t0 = time.perf_counter_ns()
+        out.append(engine.process(mix[i : i + BLOCK]))
+        costs.append((time.perf_counter_ns() - t0) / 1e6)
+    return np.concatenate(out)[warm:]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tail-ms", type=int, default=400, help="noise after the speech")
     parser.add_argument("--quick", action="store_true", help="10 dB and the fan only")
+    parser.add_argument(
+        "--denoise",
+        default="none",
+        help="comma-separated suppressors to compare (none,speex,rnnoise); default none",
+    )
+    parser.add_argument(
+        "--unpaced",
+        action="store_true",
+        help="feed the recogniser as fast as it takes the audio (word error rates only)",
+    )
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args(argv)
+    denoisers = [d.strip() for d in args.denoise.split(",") if d.strip()]
+    for name in denoisers:
+        make_denoiser(name)  # a bad name fails now, not after minutes of listening
     speech = [
         (text, synthesise(text, voice=VOICES[i % len(VOICES)], words_per_minute=150))
         for i, text in enumerate(SENTENCES)
     ]
-    longest = max(len(s) for _, s in speech) + round((LEAD_S + 0.6) * RATE)
+    longest = max(len(s) for _, s in speech) + round((WARM_S + LEAD_S + 0.6) * RATE)
     length = longest + args.tail_ms * RATE // 1000
     noises = make_noises(length, seed=7)
     if args.quick:
@@ -111,25 +153,28 @@ def main(argv: list[str] | None = None) -> int:
     rec = WhisperRecognizer(threads=2)
     conditions: list[dict[str, Any]] = []
     snr_errors: list[float] = []
+    costs: dict[str, list[float]] = {name: [] for name in denoisers}
     try:
-        for rate, (noise_name, noise), snr, far in itertools.product(
-            (16_000, 8000), noises.items(), snrs, (False, True)
+        for rate, (noise_name, noise), snr, far, name in itertools.product(
+            (16_000, 8000), noises.items(), snrs, (False, True), denoisers
         ):
             errors = total = 0
             latencies: list[float] = []
             texts = []
             for i, (text, samples) in enumerate(speech):
                 # Each sentence its own stretch of the noise, as long as it needs.
-                span = len(samples) + round((LEAD_S + (0.6 if far else 0.0)) * RATE)
+                span = len(samples) + round((WARM_S + LEAD_S + (0.6 if far else 0.0)) * RATE)
                 span += args.tail_ms * RATE // 1000
                 offset = (i * 7919) % (len(noise) - span + 1)
                 mix, measured = room(samples, noise[offset : offset + span], snr, far, rate, i)
-                snr_errors.append(abs(measured - snr))
-                out = stream(rec, mix)
+                if name == denoisers[0]:
+                    snr_errors.append(abs(measured - snr))
+                heard = suppressed(name, mix, costs[name])
+                out = stream(rec, heard, realtime=not args.unpaced)
                 ref, hyp = words(text), words(out["text"])
                 errors += edit_distance(ref, hyp)
                 total += len(ref)
-                latencies.append(out["latency_ns"] / 1e6)
+                latencies.append(None if args.unpaced else out["latency_ns"] / 1e6)
                 texts.append([text, out["text"]])
             conditions.append(
                 {
@@ -137,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
                     "noise": noise_name,
                     "snr_db": snr,
                     "distance": "far" if far else "near",
+                    "denoise": name,
                     "wer": ratio(errors, total),
                     "errors": errors,
                     "words": total,
@@ -145,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
                 }
             )
             print(
-                f"{rate} Hz {noise_name} {snr:g} dB {'far' if far else 'near'}: "
+                f"{rate} Hz {noise_name} {snr:g} dB {'far' if far else 'near'} {name}: "
                 f"WER {conditions[-1]['wer']}",
                 file=sys.stderr,
                 flush=True,
@@ -159,11 +205,28 @@ def main(argv: list[str] | None = None) -> int:
         return {"wer": ratio(e, n), "words": n}
 
     by_rate_snr = {
-        f"{rate} Hz, {snr:g} dB": pooled(
-            lambda c, r=rate, s=snr: (c["rate_hz"], c["snr_db"]) == (r, s)
-        )
-        for rate in (16_000, 8000)
-        for snr in snrs
+        name: {
+            f"{rate} Hz, {snr:g} dB": pooled(
+                lambda c, r=rate, s=snr, d=name: (
+                    (c["rate_hz"], c["snr_db"], c["denoise"]) == (r, s, d)
+                )
+            )
+            for rate in (16_000, 8000)
+            for snr in snrs
+        }
+        for name in denoisers
+    }
+    by_noise = {
+        name: {
+            f"{noise} {snr:g} dB": pooled(
+                lambda c, n=noise, s=snr, d=name: (
+                    (c["rate_hz"], c["noise"], c["snr_db"], c["denoise"]) == (16_000, n, s, d)
+                )
+            )
+            for noise in noises
+            for snr in snrs
+        }
+        for name in denoisers
     }
     result = {
         "recogniser": "whisper tiny.en, 2 threads, beam 5 (the fusion node's default)",
@@ -171,7 +234,12 @@ def main(argv: list[str] | None = None) -> int:
         "sentences": len(SENTENCES),
         "tail_ms": args.tail_ms,
         "snr_error_db": summary(snr_errors, 2, figures=("median", "max")),
-        "by_rate_and_snr": by_rate_snr,
+        "paced": not args.unpaced,
+        "denoise_cost_ms_per_40ms": {
+            name: summary(values, 3) for name, values in costs.items() if values
+        },
+        "by_denoise_rate_and_snr": by_rate_snr,
+        "by_denoise_noise_and_snr_16k": by_noise,
         "conditions": conditions,
     }
     write_result(result, args.json)

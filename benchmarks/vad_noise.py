@@ -11,7 +11,10 @@ node's timings (``min_speech_ms`` 60, ``min_silence_ms`` 400):
 - ``webrtc``: webrtcvad alone (aggressiveness 2), what the fusion node ran before;
 - ``webrtc+floor``: webrtcvad gated by the noise floor (``noise_margin_db`` 6, the default of
   the fusion node's ``vad.noise.margin_db``);
-- ``silero``, ``silero+floor``: the silero ONNX model, alone and gated (when installed).
+- ``silero``, ``silero+floor``: the silero ONNX model, alone and gated (when installed);
+- ``webrtc+floor+speex``, ``webrtc+floor+rnnoise``: the default detector behind a noise
+  suppressor (``omniflow.engines.denoise``, the fusion node's ``audio.denoise``), its cost
+  included.
 
 Per detector and condition: ``found`` is the share of runs where the question's speech is
 exactly one or two utterances (its sentences may split at a pause) that start within 0.3 s of
@@ -38,8 +41,9 @@ sys.path.insert(0, str(REPO / "scripts"))
 from make_sample_audio import synthesise  # noqa: E402
 
 from omniflow.core.room_sounds import fan_noise, mix_at_snr, pink_noise  # noqa: E402
+from omniflow.engines.denoise import make_denoiser  # noqa: E402
 from omniflow.engines.vad import make_vad  # noqa: E402
-from omniflow.errors import EngineError  # noqa: E402
+from omniflow.errors import ConfigError, EngineError  # noqa: E402
 
 RATE, CHUNK, NS_PER_SAMPLE = 16_000, 640, 62_500
 QUESTIONS = ("What is that animal on the table?", "Bring me the red cup from the kitchen please.")
@@ -47,21 +51,30 @@ NOISES = {"pink": pink_noise, "fan": fan_noise}
 SNRS_DB = (20.0, 10.0, 5.0)
 AT_S, LENGTH_S = 3.0, 8.0
 TIMING = {"min_speech_ms": 60.0, "min_silence_ms": 400.0}
-DETECTORS = {
-    "webrtc": ("webrtc", {}),
-    "webrtc+floor": ("webrtc", {"noise_margin_db": 6.0}),
-    "silero": ("silero", {}),
-    "silero+floor": ("silero", {"noise_margin_db": 6.0}),
+FLOOR = {"noise_margin_db": 6.0}
+DETECTORS = {  # name: (VAD engine, its options, noise suppressor)
+    "webrtc": ("webrtc", {}, "none"),
+    "webrtc+floor": ("webrtc", FLOOR, "none"),
+    "silero": ("silero", {}, "none"),
+    "silero+floor": ("silero", FLOOR, "none"),
+    "webrtc+floor+speex": ("webrtc", FLOOR, "speex"),
+    "webrtc+floor+rnnoise": ("webrtc", FLOOR, "rnnoise"),
 }
 
 
-def events(engine: str, options: dict, mix: np.ndarray, costs: list[int]) -> tuple[list, bool]:
+def events(
+    engine: str, options: dict, denoise: str, mix: np.ndarray, costs: list[int]
+) -> tuple[list, bool]:
     """(kind, seconds) of every event over the mix, and whether speech is open at its end."""
     vad = make_vad(engine, **TIMING, **options)
+    suppressor = make_denoiser(denoise)
     out = []
     for i in range(0, len(mix) - CHUNK + 1, CHUNK):
         t0 = time.perf_counter_ns()
-        found = vad.process(mix[i : i + CHUNK], i * NS_PER_SAMPLE)
+        chunk = mix[i : i + CHUNK]
+        if suppressor is not None:
+            chunk = suppressor.process(chunk)
+        found = vad.process(chunk, i * NS_PER_SAMPLE)
         costs.append(time.perf_counter_ns() - t0)
         out += [(e.kind, e.stamp_ns / 1e9) for e in found]
     return out, vad.is_speech
@@ -86,13 +99,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     speech = [synthesise(q, words_per_minute=150) for q in QUESTIONS]
     detectors = {}
-    for name, (engine, options) in DETECTORS.items():
+    for name, (engine, options, denoise) in DETECTORS.items():
         try:
             make_vad(engine, **options)
-        except EngineError as err:
+            make_denoiser(denoise)
+        except (ConfigError, EngineError) as err:
             print(f"{name}: left out ({err})", file=sys.stderr)
             continue
-        detectors[name] = (engine, options)
+        detectors[name] = (engine, options, denoise)
     results: dict[str, Any] = {name: {} for name in detectors}
     costs: dict[str, list[int]] = {name: [] for name in detectors}
     measured_snr: list[float] = []
@@ -105,8 +119,8 @@ def main(argv: list[str] | None = None) -> int:
                     mix, snr_mix = mix_at_snr(question, noise, snr, at=round(AT_S * RATE))
                     measured_snr.append(snr_mix - snr)
                     end_s = AT_S + len(question) / RATE
-                    for name, (engine, options) in detectors.items():
-                        found, open_end = events(engine, options, mix, costs[name])
+                    for name, (engine, options, denoise) in detectors.items():
+                        found, open_end = events(engine, options, denoise, mix, costs[name])
                         runs[name].append(judge(found, open_end, end_s))
             for name, judged in runs.items():
                 results[name][f"{noise_name} {snr:g} dB"] = {

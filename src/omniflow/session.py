@@ -1,7 +1,10 @@
 """A session bag made from the user's own files (``omniflow demo --audio F.wav --video F``).
 
-The audio goes through the audio capture node's own file source (any rate or channel count
-libsndfile reads is converted to 16 kHz mono, with a warning naming the conversion), the video
+The audio goes through the audio capture node's own file source (any channel count libsndfile
+reads is mixed to mono; a file at 16 kHz or above is resampled to 16 kHz, with a warning naming
+the conversion; a band-limited file below 16 kHz, such as telephone-band 8 kHz, keeps its rate
+in the messages, as a microphone at that rate would publish it, so the fusion node resamples
+it and reports the source's band), the video
 through the camera node's file source (a file OpenCV cannot decode is refused, naming it), and
 both become ``audio`` and ``image_raw`` messages in stream time, as the capture nodes would
 publish them. The result is an MCAP file that the demo replays like the bundled session.
@@ -15,9 +18,10 @@ from pathlib import Path
 
 import cv2
 import numpy as np
+import soundfile
 
 from omniflow.bag import BagMessage, encode, typestore, write_mcap_file
-from omniflow.core.timing import CHUNK_SAMPLES, NS_PER_S, SAMPLE_RATE
+from omniflow.core.timing import CHUNK_MS, CHUNK_SAMPLES, NS_PER_S, SAMPLE_RATE
 from omniflow.devices.audio import AudioFileSource
 from omniflow.devices.camera import VideoFileSource
 from omniflow.errors import SourceExhausted
@@ -35,11 +39,26 @@ def _header(store, offset_ns: int, frame_id: str):
     )
 
 
+def message_rate(path: Path) -> int:
+    """The rate the file's audio is published at: its own below 16 kHz when 40 ms is a whole
+    number of its samples (a band-limited source, resampled by the fusion node), else 16 kHz.
+    A file libsndfile cannot read is left to the source, which names it."""
+    try:
+        rate = int(soundfile.info(str(path)).samplerate)
+    except RuntimeError:  # soundfile.LibsndfileError: not a sound file
+        return SAMPLE_RATE
+    if rate < SAMPLE_RATE and rate * CHUNK_MS % 1000 == 0:
+        return rate
+    return SAMPLE_RATE
+
+
 def audio_messages(path: Path, warn: Callable[[str], None] = print) -> list[BagMessage]:
-    """40 ms AudioChunk messages of a sound file, resampled to 16 kHz mono."""
+    """40 ms mono AudioChunk messages of a sound file (at :func:`message_rate`)."""
     store = typestore()
     chunk_type = store.types["omniflow/msg/AudioChunk"]
-    source = AudioFileSource(path, SAMPLE_RATE, 1, CHUNK_SAMPLES, loop=False, warn=warn)
+    rate = message_rate(path)
+    chunk = rate * CHUNK_MS // 1000
+    source = AudioFileSource(path, rate, 1, chunk, loop=False, warn=warn)
     source.open()  # SourceError naming the file when it is not audio
     out = []
     try:
@@ -50,10 +69,10 @@ def audio_messages(path: Path, warn: Callable[[str], None] = print) -> list[BagM
                 break
             if block is None:
                 continue
-            offset = sequence * CHUNK_SAMPLES * NS_PER_S // SAMPLE_RATE
+            offset = sequence * chunk * NS_PER_S // rate
             msg = chunk_type(
                 header=_header(store, offset, "microphone"),
-                sample_rate=SAMPLE_RATE,
+                sample_rate=rate,
                 channels=1,
                 format=chunk_type.FORMAT_S16LE,
                 sequence=sequence,

@@ -52,7 +52,7 @@ def bad_inputs(now_ns: int) -> tuple[list[tuple[AudioChunk, str]], list[tuple[Im
         )
 
     audio = [
-        (chunk(np.zeros(1764, np.int16), rate=44100), "sample_rate 44100 Hz"),
+        (chunk(np.zeros(3840, np.int16), rate=96000), "sample_rate 96000 Hz; expected 8000-48000"),
         (chunk(np.full(640, np.nan, np.float32)), "NaN"),
         (chunk(np.zeros(0, np.int16)), "empty chunk"),
         (chunk(np.zeros(640, np.int16), stamp_ns=0), "stamp is zero"),

@@ -86,6 +86,24 @@ def test_a_wav_at_another_rate_is_resampled_into_the_session(tmp_path):
     assert decode(next(reader.messages(["audio"])).raw, "omniflow/msg/AudioChunk").sequence == 0
 
 
+def test_a_telephone_band_wav_keeps_its_8k_rate_in_the_session(tmp_path):
+    """Below 16 kHz the messages carry the source's own rate (the fusion node resamples it
+    and reports the band), in 40 ms chunks stamped as at 16 kHz."""
+    t = np.arange(8000) / 8000  # 1 s of a 440 Hz tone at 8 kHz
+    soundfile.write(tmp_path / "phone.wav", (0.3 * np.sin(2 * np.pi * 440 * t)), 8000)
+    notes = []
+    path = session_from_files(
+        tmp_path / "phone.wav", SAMPLES / "scene.avi", tmp_path / "s.mcap", warn=notes.append
+    )
+    assert not notes  # nothing converted on the way
+    reader = BagReader(path)
+    chunks = [msg for _, msg in reader.decoded(["audio"])]
+    assert len(chunks) == 25 and {c.sample_rate for c in chunks} == {8000}
+    assert {len(c.data) for c in chunks} == {640}  # 320 samples, 40 ms
+    stamps = [m.timestamp_ns for m in reader.messages(["audio"])]
+    assert np.allclose(np.diff(stamps), 40e6, atol=1)
+
+
 def test_a_video_that_cannot_be_decoded_is_refused_naming_it(tmp_path):
     (tmp_path / "broken.mp4").write_bytes(b"\x00\x00\x00\x18ftypmp42" + bytes(500))
     with pytest.raises(SourceError, match="cannot decode video file .*broken.mp4"):

@@ -314,6 +314,30 @@ def test_a_stream_that_goes_back_in_time_ends_speech_and_starts_afresh(speaking)
     assert len(activity(events, Activity.START)) == 1
 
 
+class HalfLevel:
+    """A noise suppressor that halves every sample (and counts its resets)."""
+
+    def __init__(self) -> None:
+        self.resets = 0
+
+    def process(self, samples: np.ndarray) -> np.ndarray:
+        return samples // 2
+
+    def reset(self) -> None:
+        self.resets += 1
+
+
+def test_the_suppressor_cleans_each_chunk_for_the_vad_and_the_recogniser_and_restarts_with_it():
+    pipeline, engines = make(ScriptedVad(confirm=2))
+    engines.denoise = HalfLevel()
+    # LOUD halved is still loud for the scripted VAD; 2 * LOUD halved is LOUD exactly
+    feed(pipeline, [QUIET] * 5 + [2 * LOUD] * 10 + [QUIET] * 10)
+    (utterance,) = engines.recognizer.utterances
+    assert {int(c[1]) for c in utterance["chunks"][:10]} == {LOUD}  # what the VAD judged too
+    feed(pipeline, [QUIET] * 3, start_ns=T0 - 10 * NS_PER_S)  # the stream went back
+    assert engines.denoise.resets == 1
+
+
 @pytest.mark.parametrize("back_s", [2, 10, 3600])
 def test_an_utterance_cut_by_the_clock_jumping_back_still_gets_its_final(back_s):
     pipeline, engines = make(ScriptedVad(confirm=2))

@@ -8,7 +8,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.signal import resample_poly
 
-from omniflow.core.resample import StreamResampler, resample_int16
+from omniflow.core.resample import (
+    ChunkResampler,
+    SourceRate,
+    StreamResampler,
+    resample_int16,
+)
 from omniflow.errors import AudioFormatError, ConfigError
 
 
@@ -89,3 +94,51 @@ def test_resample_int16_rejects_bad_input(
 ) -> None:
     with pytest.raises(error):
         resample_int16(samples, rate_in, rate_out)
+
+
+@pytest.mark.parametrize(
+    ("rate_in", "chunk", "most_delay_ms"), [(8000, 320, 3), (11_025, 441, 80), (48_000, 1920, 3)]
+)
+def test_chunk_resampler_keeps_each_chunks_duration_and_delays_the_stream_by_a_fixed_amount(
+    rate_in, chunk, most_delay_ms
+):
+    rng = np.random.default_rng(5)
+    signal = np.clip(rng.normal(0, 4000, chunk * 30), -32768, 32767).astype(np.int16)
+    resampler = ChunkResampler(rate_in, 16_000)
+    out = [resampler.process(signal[i : i + chunk]) for i in range(0, len(signal), chunk)]
+    assert {len(c) for c in out} == {640}  # 40 ms in, 40 ms out, every chunk
+    delay = round(resampler.delay_ns * 16_000 / 1e9)
+    # The filter's look-ahead: a few ms for whole ratios, up to two chunks for 441/640.
+    assert 0 < resampler.delay_ns <= most_delay_ms * 1_000_000
+    whole = resample_int16(signal, rate_in, 16_000)
+    joined = np.concatenate(out)
+    assert np.all(joined[:delay] == 0)
+    assert np.abs(joined[delay:].astype(int) - whole[: len(joined) - delay]).max() <= 1
+
+
+def test_chunk_resampler_refuses_what_is_not_mono_int16():
+    with pytest.raises(AudioFormatError, match="mono int16"):
+        ChunkResampler(8000, 16_000).process(np.zeros(320, dtype=np.float32))
+
+
+def test_source_rate_passes_16k_through_and_resamples_8k_keeping_each_chunk_40_ms():
+    rate = SourceRate(16_000)
+    assert rate.band_hz is None and not rate.band_limited
+    chunk = np.arange(640, dtype=np.int16)
+    assert rate.convert(16_000, chunk) is chunk
+    assert rate.band_hz == 8000 and not rate.band_limited
+    tone = sine_int16(1000.0, 8000, 1.0)
+    out = np.concatenate([rate.convert(8000, tone[i : i + 320]) for i in range(0, 8000, 320)])
+    assert len(out) == 16_000 and rate.source_rate == 8000
+    assert rate.band_limited and rate.band_hz == 4000
+    assert peak_frequency(out[1600:], 16_000) == pytest.approx(1000.0, abs=2.0)
+    rate.reset()
+    assert rate.source_rate is None
+
+
+@pytest.mark.parametrize("bad", [4000, 96_000])
+def test_source_rate_names_a_rate_it_cannot_take(bad):
+    rate = SourceRate(16_000)
+    with pytest.raises(AudioFormatError, match=f"sample_rate {bad} Hz; expected 8000-48000"):
+        rate.convert(bad, np.zeros(100, dtype=np.int16))
+    assert rate.source_rate is None

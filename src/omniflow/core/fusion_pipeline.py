@@ -18,7 +18,8 @@ One microphone chunk takes this path (see :meth:`FusionPipeline.process_audio`):
    the speech, and the recogniser's utterance with it (its final still comes), and resets
    the VAD, the preroll and the echo stage;
 3. the echo stage takes the robot's voice out; a VAD on the raw microphone counts the speech
-   starts only the echo made;
+   starts only the echo made; the noise suppressor (``audio.denoise``, when one is chosen)
+   cleans what is left, for the VAD and the recogniser;
 4. the chunk joins the preroll (the VAD confirms a start up to ~0.2 s after it happened)
    and becomes an audio token in the ring;
 5. the VAD's events: a start opens an utterance (new id), feeds the recogniser the preroll
@@ -241,6 +242,15 @@ class EchoReference(Protocol):
     def add(self, stamp_ns: int, samples: np.ndarray) -> None: ...
 
 
+class Denoiser(Protocol):
+    """``omniflow.engines.denoise``: a chunk in, as many samples out, the room's noise
+    attenuated (with a bounded delay)."""
+
+    def process(self, samples: np.ndarray) -> np.ndarray: ...
+
+    def reset(self) -> None: ...
+
+
 class InputSource(Protocol):
     """Where the caller buffers its inputs between steps (each call takes what is there):
     the pipeline pulls them at the moments the stages need them, so a chunk that arrives
@@ -267,13 +277,14 @@ class EchoStage:
 class FusionEngines:
     """What the pipeline runs; ``recognizer`` None: VAD only; ``vision`` None: no frames
     encoded; ``echo`` None: no echo stage; ``words`` None: associations by time only (no
-    refinement by the transcript's words)."""
+    refinement by the transcript's words); ``denoise`` None: no noise suppression."""
 
     vad: VoiceActivityDetector
     recognizer: Recognizer | None = None
     vision: VisionEncoder | None = None
     echo: EchoStage | None = None
     words: WordSpace | None = None
+    denoise: Denoiser | None = None
 
     def close(self) -> None:
         """Stop the engines that run threads of their own (Whisper decodes on one), and wait
@@ -701,6 +712,8 @@ class FusionPipeline:
             self._restart()
         self._last_audio_end_ns = end_ns
         samples = self._remove_echo(samples, stamp_ns)
+        if self.engines.denoise is not None:
+            samples = self.engines.denoise.process(samples)
         self._preroll.append((stamp_ns, samples))
         while self._preroll and self._preroll[0][0] < end_ns - PREROLL_NS:
             self._preroll.popleft()
@@ -741,6 +754,8 @@ class FusionPipeline:
             self._end_utterance(self._last_audio_end_ns)
         self.engines.vad.reset()
         self._preroll.clear()
+        if self.engines.denoise is not None:
+            self.engines.denoise.reset()
         if self.engines.echo is not None:
             self.engines.echo.gate.reset()
             self.engines.echo.raw_vad.reset()

@@ -16,9 +16,17 @@ import math
 import numpy as np
 from scipy.signal import resample_poly
 
+from omniflow.core.denoise import DelayLine
 from omniflow.errors import AudioFormatError, ConfigError
 
-__all__ = ["StreamResampler", "float_to_int16", "int16_to_float", "resample_int16"]
+__all__ = [
+    "ChunkResampler",
+    "SourceRate",
+    "StreamResampler",
+    "float_to_int16",
+    "int16_to_float",
+    "resample_int16",
+]
 
 
 def _check_rate(name: str, value: int) -> None:
@@ -78,6 +86,96 @@ class StreamResampler:
             out = out[: math.ceil(self._in_total * self.up / self.down) - self._out_total]
         self._out_total += len(out)
         return out.astype(np.float32, copy=False)
+
+
+class ChunkResampler:
+    """Mono int16 chunks at ``rate_in`` -> chunks at ``rate_out``, each exactly as long as the
+    input chunk's duration (``len * rate_out / rate_in``, rounded over the stream so the
+    totals never drift), with a fixed delay (``delay_ns``: the filter's look-ahead, ~1.4 ms
+    for 8 -> 16 kHz) instead of the variable lengths of :class:`StreamResampler`.
+
+    For a stream whose chunks are stamped: an 8 kHz microphone's 40 ms chunks of 320 samples
+    become 40 ms chunks of 640 samples that keep their stamps and their sequence, so stream
+    time and the continuity checks stay as they were (the fusion node's intake).
+    """
+
+    def __init__(self, rate_in: int, rate_out: int) -> None:
+        self._resampler = StreamResampler(rate_in, rate_out, 1)
+        self.rate_in, self.rate_out = rate_in, rate_out
+        up, down = self._resampler.up, self._resampler.down
+        # Output the resampler holds back at most: its look-ahead and a partial step.
+        self._out = DelayLine(math.ceil((self._resampler.pad + down) * up / down))
+        self._in_total = 0
+        self._out_total = 0
+
+    @property
+    def delay_ns(self) -> int:
+        return self._out.delay * 1_000_000_000 // self.rate_out
+
+    def process(self, samples: np.ndarray) -> np.ndarray:
+        if samples.dtype != np.int16 or samples.ndim != 1:
+            raise AudioFormatError(
+                f"ChunkResampler takes mono int16 chunks, got {samples.dtype} {samples.shape}"
+            )
+        self._in_total += len(samples)
+        self._out.add(self._resampler.process(int16_to_float(samples)[:, None])[:, 0])
+        n = self._in_total * self.rate_out // self.rate_in - self._out_total
+        self._out_total += n
+        return float_to_int16(self._out.take(n))
+
+
+class SourceRate:
+    """A microphone stream at whatever rate its source runs, as chunks at ``rate_out``.
+
+    A telephone-band source (8 kHz) or a device that cannot do 16 kHz still publishes stamped
+    chunks; :meth:`convert` resamples each (:class:`ChunkResampler`: every chunk keeps its
+    duration, so its stamp and sequence stay true) and remembers the rate it came at.
+    ``band_hz`` is the highest frequency the source can carry (half its rate): below
+    ``rate_out / 2`` the speech is band-limited (no fricatives above 4 kHz from an 8 kHz
+    source), which the consumer reports. A new rate starts a new resampler.
+    """
+
+    def __init__(self, rate_out: int, lowest: int = 8000, highest: int = 48_000) -> None:
+        _check_rate("rate_out", rate_out)
+        self.rate_out, self.lowest, self.highest = rate_out, lowest, highest
+        self.source_rate: int | None = None
+        self._resampler: ChunkResampler | None = None
+
+    @property
+    def band_hz(self) -> int | None:
+        """Half the source's rate, at most half of ``rate_out`` (None before any chunk)."""
+        return None if self.source_rate is None else min(self.source_rate, self.rate_out) // 2
+
+    @property
+    def band_limited(self) -> bool:
+        return self.source_rate is not None and self.source_rate < self.rate_out
+
+    def problem(self, rate: int) -> str | None:
+        """Why chunks at ``rate`` cannot be taken, or None."""
+        if not self.lowest <= rate <= self.highest:
+            return (
+                f"sample_rate {rate} Hz; expected {self.lowest}-{self.highest} Hz "
+                f"({self.rate_out} Hz best: other rates are resampled)"
+            )
+        return None
+
+    def convert(self, rate: int, samples: np.ndarray) -> np.ndarray:
+        """``samples`` (mono int16 at ``rate``) at ``rate_out``; AudioFormatError for a rate
+        outside ``[lowest, highest]``."""
+        problem = self.problem(rate)
+        if problem is not None:
+            raise AudioFormatError(problem)
+        if rate != self.source_rate:
+            self.source_rate = rate
+            self._resampler = None if rate == self.rate_out else ChunkResampler(rate, self.rate_out)
+        if self._resampler is None:
+            return samples
+        return self._resampler.process(samples)
+
+    def reset(self) -> None:
+        """Forget the stream (a new one starts with a fresh filter)."""
+        self.source_rate = None
+        self._resampler = None
 
 
 def int16_to_float(samples: np.ndarray) -> np.ndarray:

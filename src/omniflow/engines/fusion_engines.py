@@ -1,4 +1,5 @@
-"""The engines of the fusion pipeline, made from settings: VAD, recogniser, vision, echo.
+"""The engines of the fusion pipeline, made from settings: VAD, recogniser, vision, echo,
+noise suppression.
 
 :func:`fusion_engines_from_params` reads the fusion node's parameters (dotted names);
 :func:`make_fusion_engines` takes the choices one by one (benchmarks). Both raise
@@ -10,12 +11,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from omniflow.core.denoise import DENOISERS
 from omniflow.core.echo import EchoGate, EchoReference
 from omniflow.core.fusion_pipeline import EchoStage, FusionEngines
 from omniflow.core.lexicon import WordSpace
 from omniflow.core.params import ParamSpec, defaults
 from omniflow.core.timing import SAMPLE_RATE
 from omniflow.engines.asr import ASR_ENGINES, Recognizer, make_recognizer
+from omniflow.engines.denoise import make_denoiser
 from omniflow.engines.embedding import TextEmbedder, load_word_space
 from omniflow.engines.vad import VAD_ENGINES, make_vad
 from omniflow.engines.vision import (
@@ -33,6 +36,18 @@ REFERENCE_SLACK_MS = 1000
 
 # The fusion node's parameters that choose and tune its engines (fusion_engines_from_params).
 ENGINE_PARAMS = (
+    ParamSpec(
+        "audio.denoise",
+        "none",
+        "Noise suppressor on the microphone (after the echo removal, before the VAD and the "
+        "recogniser): none, speex (Speex's preprocessor, 20 ms delay, 0.08 ms a 40 ms chunk) "
+        "or rnnoise (RNNoise, ~31 ms delay, 12 ms a chunk). Off by default: on the hearing "
+        "benchmark Speex lowered Whisper's word error rate at 10 dB SNR (0.54 -> 0.34) but "
+        "raised it at 20 dB (0.26 -> 0.32) and in far rooms; RNNoise raised it everywhere "
+        "(benchmarks/hearing.py --denoise). speex suits a steadily loud room",
+        choices=DENOISERS,
+        read_only=True,
+    ),
     ParamSpec(
         "vad.engine", "webrtc", "Voice-activity detector", choices=VAD_ENGINES, read_only=True
     ),
@@ -243,10 +258,12 @@ def make_fusion_engines(
     vision: Callable[[], VisionEncoder] | None = None,
     echo: EchoSettings | None = None,
     words: Callable[[], WordSpace] | None = None,
+    denoise: str = "none",
 ) -> FusionEngines:
     """The engines: a ``vad_engine`` VAD with these timings and noise-floor gate (None: the
     ``vad.noise.*`` parameters' defaults), the recogniser, vision encoder and word space the
-    factories make (none without one) and an echo stage with ``echo``."""
+    factories make (none without one), an echo stage with ``echo`` and the ``denoise``
+    noise suppressor."""
     default = defaults(ENGINE_PARAMS)
     timing = {
         "min_speech_ms": float(min_speech_ms),
@@ -258,6 +275,7 @@ def make_fusion_engines(
             default["vad.noise.history_s"] if noise_history_s is None else noise_history_s
         ),
     }
+    suppressor = make_denoiser(denoise)  # first: a bad choice fails before models load
     vad = make_vad(vad_engine, **timing)
     asr = recognizer() if recognizer is not None else None
     encoder = vision() if vision is not None else None
@@ -273,7 +291,9 @@ def make_fusion_engines(
             reverb_ms=echo.reverb_ms,
         )
         stage = EchoStage(gate, reference, make_vad(vad_engine, **timing))
-    return FusionEngines(vad, asr, encoder, stage, words() if words is not None else None)
+    return FusionEngines(
+        vad, asr, encoder, stage, words() if words is not None else None, suppressor
+    )
 
 
 def word_space() -> WordSpace:
@@ -325,6 +345,7 @@ def fusion_engines_from_params(
         vision=(vision_factory or vision) if p["vision.enabled"] else None,
         echo=echo,
         words=word_space if p["vision.enabled"] else None,
+        denoise=p["audio.denoise"],
     )
 
 
@@ -338,5 +359,5 @@ def describe_engines(engines: FusionEngines, p: Mapping[str, object]) -> str:
         f"({p['asr.grammar_path'] or 'open vocabulary'}), vision "
         f"{'on' if engines.vision else 'off'} ({p['vision.rate_hz']:g} frames/s{where}), "
         f"slice {p['scheduler.slice_ms']} ms, echo removal "
-        f"{'on' if engines.echo else 'off'}"
+        f"{'on' if engines.echo else 'off'}, noise suppression {p['audio.denoise']}"
     )

@@ -13,7 +13,7 @@ from sensor_msgs.msg import Image
 from omniflow.core.audio_continuity import AudioContinuity
 from omniflow.core.fusion_events import FusionStats
 from omniflow.core.fusion_pipeline import PIPELINE_PARAMS, FusionConfig, FusionPipeline
-from omniflow.core.resample import resample_int16
+from omniflow.core.resample import SourceRate, resample_int16
 from omniflow.core.stats import OK, WARN
 from omniflow.core.timing import NS_PER_MS, SAMPLE_RATE
 from omniflow.engines.fusion_engines import (
@@ -53,15 +53,19 @@ class FusionNode(LifecycleBase):
         slice timer runs while active.
         subscribes:
             ``audio`` (omniflow/msg/AudioChunk, best effort, keep last ``audio.queue_depth``,
-            so it matches sensor-data publishers): 16 kHz mono S16LE or F32LE.
+            so it matches sensor-data publishers): mono S16LE or F32LE, 16 kHz best; 8 to
+            48 kHz sources (a telephone-band microphone) are resampled to 16 kHz chunk by
+            chunk, each chunk keeping its stamp and duration, and ``~/status`` names the
+            source's rate and band (``audio_source_rate_hz``, ``audio_band_hz``,
+            ``audio_band_limited``: below 16 kHz the speech above half the rate is missing).
             ``image_raw`` (sensor_msgs/Image, best effort, keep last 2): rgb8, bgr8 or mono8,
             at most ``image.max_pixels``; converted to RGB by cv_bridge when it imports, by
             ``omniflow.core.image_codec`` otherwise.
             ``played_audio`` (omniflow/msg/AudioChunk, as ``audio``): what the speech
             node plays, stamped when its first sample goes out, mono S16LE or F32LE at any
             rate (resampled to 16 kHz): the echo reference (see ``omniflow.core.echo``).
-            Bad input (another rate or format, empty, NaN, a wrong step or encoding, zero
-            size, a frame over ``image.max_pixels``, a zero stamp or one more than
+            Bad input (a rate outside 8-48 kHz, another format, empty, NaN, a wrong step or
+            encoding, zero size, a frame over ``image.max_pixels``, a zero stamp or one more than
             ``max_future_ms`` ahead) is rejected with a throttled log line naming the problem
             and counted; nothing reaches the buffers.
         publishes:
@@ -116,6 +120,7 @@ class FusionNode(LifecycleBase):
         self.intake = messages.IntakeStats()
         self._audio_gaps = messages.SequenceGaps()
         self._continuity = AudioContinuity()  # by the chunks' own sequence and stamps
+        self._source_rate = SourceRate(SAMPLE_RATE)  # the callback's alone
         self._frame_gaps = messages.SequenceGaps()
         self._events: messages.EventPublisher | None = None
         self._wake = threading.Event()  # audio arrived (or stop): the slice thread runs it
@@ -141,9 +146,12 @@ class FusionNode(LifecycleBase):
         if missing:
             with self._lock:
                 self.intake.audio_lost += missing
-        item = self._check("audio", msg, messages.check_audio)
+        band = self._source_rate.band_hz
+        item = self._check("audio", msg, self._audio_at_16k)
         if item is None:
             return
+        if self._source_rate.band_hz != band:
+            self.get_logger().info(self._band_note())
         with self._lock:
             self.stats.audio_chunks += 1
             verdict = self._continuity.observe(msg.sequence, *item)
@@ -156,6 +164,24 @@ class FusionNode(LifecycleBase):
             self._check.note(problem)
         if verdict.samples is not None:
             self._wake.set()
+
+    def _audio_at_16k(self, msg: AudioChunk) -> tuple[str | None, np.ndarray | None]:
+        """The chunk's problem, or its samples at 16 kHz (resampled from the source's rate)."""
+        problem = self._source_rate.problem(msg.sample_rate)
+        if problem is None:
+            problem, samples = messages.check_audio(msg, any_rate=True)
+        if problem is not None:
+            return problem, None
+        return None, self._source_rate.convert(msg.sample_rate, samples)
+
+    def _band_note(self) -> str:
+        rate = self._source_rate
+        if not rate.band_limited:
+            return f"audio at {rate.source_rate} Hz: full band for the recogniser"
+        return (
+            f"audio at {rate.source_rate} Hz: resampled to {SAMPLE_RATE} Hz; a band-limited "
+            f"source (nothing above {rate.band_hz} Hz), so expect more recognition errors"
+        )
 
     def _on_played(self, msg: AudioChunk) -> None:
         """A block the speech node played: kept (at 16 kHz) as the echo reference."""
@@ -284,6 +310,9 @@ class FusionNode(LifecycleBase):
                 **asdict(self.stats),
                 **asdict(self.intake),
                 **{f"audio_{k}": v for k, v in asdict(self._continuity.counts).items()},
+                "audio_source_rate_hz": self._source_rate.source_rate or 0,
+                "audio_band_hz": self._source_rate.band_hz or 0,
+                "audio_band_limited": self._source_rate.band_limited,
                 "audio_buffer": len(self._audio_in)
                 + (pipeline.pending_audio if pipeline is not None else 0),
                 "frame_buffer": int(self._frame_in is not None),
