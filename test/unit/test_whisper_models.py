@@ -162,3 +162,26 @@ def test_base_hears_noisy_espeak_speech(base_dir: Path, tmp_path: Path) -> None:
         rec.close()
     assert rec.model_path == base_dir
     assert np.isfinite(rec.stats.decode_ns_max)
+
+
+def test_the_configured_line_names_the_model_and_why() -> None:
+    from types import SimpleNamespace
+
+    from omniflow.engines.fusion_engines import describe_engines
+
+    engines = SimpleNamespace(vision=None, echo=None)
+    p = {
+        "vad.engine": "webrtc",
+        "asr.engine": "whisper",
+        "asr.grammar_path": "",
+        "asr.whisper.model": "tiny.en",
+        "asr.whisper.model_path": "",
+        "vision.rate_hz": 5.0,
+        "scheduler.slice_ms": 40,
+    }
+    assert "whisper tiny.en (asked for by asr.whisper.model)" in describe_engines(engines, p)
+    p["asr.whisper.model"] = "auto"
+    expected = whisper_models.whisper_model_choice("auto")
+    assert f"whisper {expected.model} ({expected.reason})" in describe_engines(engines, p)
+    p.update({"asr.engine": "pocketsphinx", "asr.grammar_path": "commands.jsgf"})
+    assert "pocketsphinx (commands.jsgf)" in describe_engines(engines, p)

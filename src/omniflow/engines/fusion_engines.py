@@ -25,7 +25,7 @@ from omniflow.engines.vision import (
     VisionEncoder,
     make_default_encoder,
 )
-from omniflow.engines.whisper_models import whisper_model_dir
+from omniflow.engines.whisper_models import whisper_model_choice, whisper_model_dir
 
 __all__ = ["EchoSettings", "fusion_engines_from_params", "make_fusion_engines", "word_space"]
 
@@ -336,9 +336,13 @@ def describe_engines(engines: FusionEngines, p: Mapping[str, object]) -> str:
     objects run), the slice and echo removal."""
     report = getattr(engines.vision, "diagnostics", dict)()
     where = f", objects on {report['backend']}: {report['backend_reason']}" if report else ""
+    if p["asr.engine"] == "whisper":
+        choice = whisper_model_choice(p["asr.whisper.model"], p["asr.whisper.model_path"])
+        heard = f"whisper {choice.model} ({choice.reason})"
+    else:
+        heard = f"{p['asr.engine']} ({p['asr.grammar_path'] or 'open vocabulary'})"
     return (
-        f"vad {p['vad.engine']}, {p['asr.engine']} "
-        f"({p['asr.grammar_path'] or 'open vocabulary'}), vision "
+        f"vad {p['vad.engine']}, {heard}, vision "
         f"{'on' if engines.vision else 'off'} ({p['vision.rate_hz']:g} frames/s{where}), "
         f"slice {p['scheduler.slice_ms']} ms, echo removal "
         f"{'on' if engines.echo else 'off'}"

@@ -37,6 +37,7 @@ __all__ = [
     "base_installed",
     "bundled_whisper_base",
     "read_machine",
+    "whisper_model_choice",
     "whisper_model_dir",
 ]
 
@@ -138,6 +139,20 @@ def read_machine(root: str = "/") -> Machine:
     return Machine(cpus=cpu_count(root), memory_mb=memory_mb(root)[0], board=board_model(root))
 
 
+def whisper_model_choice(
+    model: str = "auto", model_path: str | Path | None = None, machine: Machine | None = None
+) -> ModelChoice:
+    """Which model ``asr.whisper.model`` and ``asr.whisper.model_path`` name on ``machine``
+    (default: this one, :func:`read_machine`) and why; a path wins over the name. Raises
+    ConfigError for an unknown name."""
+    if model_path:
+        return ModelChoice(str(model_path), "asr.whisper.model_path is set")
+    try:
+        return choose_whisper_model(model, machine or read_machine(), base_installed())
+    except ValueError as err:
+        raise ConfigError(f"asr.whisper.model: {err}") from err
+
+
 def whisper_model_dir(
     model: str = "auto",
     model_path: str | Path | None = None,
@@ -146,15 +161,11 @@ def whisper_model_dir(
     cache_dir: str | Path | None = None,
 ) -> tuple[Path, ModelChoice]:
     """The model directory for ``asr.whisper.model`` (``auto``, ``tiny.en`` or ``base``) and
-    the choice made; ``model_path``, when given, wins over the name. ``machine`` defaults to
-    this one (:func:`read_machine`). Raises ConfigError for an unknown name or a missing
-    model, with what to do."""
+    the choice made (:func:`whisper_model_choice`). Raises ConfigError for an unknown name or
+    a missing model, with what to do."""
+    choice = whisper_model_choice(model, model_path, machine)
     if model_path:
-        return Path(model_path), ModelChoice(str(model_path), "asr.whisper.model_path is set")
-    try:
-        choice = choose_whisper_model(model, machine or read_machine(), base_installed())
-    except ValueError as err:
-        raise ConfigError(f"asr.whisper.model: {err}") from err
+        return Path(model_path), choice
     if choice.model == "base":
         return bundled_whisper_base(cache_dir), choice
     try:
