@@ -85,8 +85,8 @@ ENGINE_PARAMS = (
     ParamSpec(
         "asr.engine",
         "whisper",
-        "Speech recogniser: whisper (open vocabulary, "
-        "faster-whisper tiny.en) or pocketsphinx (exact and cheap with a JSGF grammar)",
+        "Speech recogniser: whisper (open vocabulary, faster-whisper; the model is "
+        "asr.whisper.model) or pocketsphinx (exact and cheap with a JSGF grammar)",
         choices=ASR_ENGINES,
         read_only=True,
     ),
