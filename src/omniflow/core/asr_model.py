@@ -1,12 +1,14 @@
 """Which Whisper model a machine can afford: the rule behind ``asr.whisper.model: auto``.
 
-Whisper base hears better than tiny.en in noise and on telephone-band audio
-(``benchmarks/hearing.py``), but each decode costs more: the recogniser re-decodes the whole
-utterance on every pause, on the same cores as the LLM, the vision encoder and the speech
-synthesiser. ``auto`` therefore picks base only where the machine has cores and memory to
-spare, and tiny.en elsewhere (a Raspberry Pi 5 class board, a 2-core PC); docs/nodes.md and
-the README give the figures the thresholds come from. Pure logic: the caller reads the
-machine (``omniflow.devices.sysfs``) and says whether the base model is installed.
+Whisper base costs 2.2x tiny.en's time per decode (``benchmarks/hearing.py`` on the 2-core
+development machine), and the recogniser re-decodes the whole utterance on every pause, on
+the same cores as the LLM, the vision encoder and the speech synthesiser. ``auto`` therefore
+picks base only where the machine has cores and memory to spare, and tiny.en elsewhere (a
+Raspberry Pi 5 class board, a 2-core PC). Whether base is worth it is the hearing, not the
+machine: it is better than tiny.en in steady fan noise and worse in babble (docs/hardware.md
+has the figures), so the parameter's default is tiny.en and ``auto`` is a choice. Pure
+logic: the caller reads the machine (``omniflow.devices.sysfs``) and says whether the base
+model is installed.
 """
 
 from __future__ import annotations

@@ -98,10 +98,11 @@ ENGINE_PARAMS = (
     ),
     ParamSpec(
         "asr.whisper.model",
-        "auto",
-        "Whisper model: tiny.en, base (more accurate in noise, slower decodes) or auto (base "
-        f"on a PC with >= {BASE_MIN_CPUS} CPUs and {BASE_MIN_MEMORY_MB / 1024:g} GB, tiny.en on "
-        "a Raspberry Pi class board or a smaller PC)",
+        "tiny.en",
+        "Whisper model: tiny.en; base (better in steady fan noise, worse in babble, decodes "
+        f"take 2.2x as long: docs/hardware.md); auto (base on a PC with >= {BASE_MIN_CPUS} CPUs "
+        f"and {BASE_MIN_MEMORY_MB / 1024:g} GB, tiny.en on a Raspberry Pi class board or a "
+        "smaller PC)",
         choices=WHISPER_MODELS,
         read_only=True,
     ),
