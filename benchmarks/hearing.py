@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Hearing in rooms: the default recogniser's word error rate and final latency per condition
-(issue 16, point 1).
+"""Hearing in rooms: the Whisper recognisers' word error rate and final latency per condition
+(issue 16, points 1 and 5).
 
 Method (prints one JSON object):
 
@@ -117,10 +117,17 @@ def main(argv: list[str] | None = None) -> int:
         "--models", default="tiny.en", help="comma-separated Whisper models (tiny.en, base)"
     )
     parser.add_argument("--noises", default="fan,motor,babble", help="comma-separated rooms")
-    parser.add_argument("--distances", default="near,far", help="near, far or both")
+    parser.add_argument("--distances", default="near,far", help="comma-separated: near, far")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args(argv)
     models = args.models.split(",")
+    for option, given, allowed in (
+        ("--models", models, ("tiny.en", "base")),
+        ("--noises", args.noises.split(","), ("fan", "motor", "babble")),
+        ("--distances", args.distances.split(","), ("near", "far")),
+    ):
+        if not given or set(given) - set(allowed) or len(set(given)) < len(given):
+            parser.error(f"{option} takes distinct names among {', '.join(allowed)}: {given}")
     speech = [
         (text, synthesise(text, voice=VOICES[i % len(VOICES)], words_per_minute=150))
         for i, text in enumerate(SENTENCES)
