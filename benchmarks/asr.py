@@ -14,7 +14,8 @@ Method (prints one JSON object):
   commands; Whisper tiny.en (faster-whisper, int8, ``WhisperRecognizer``) with 1 and 2 threads
   (beam search of 5, the default) and greedy with 2 threads; its partials are drafts that
   read a 10 s window (the default ``asr.whisper.draft_window_s``), and ``whisper2_full_drafts``
-  has drafts read the whole 30 s window, as before drafts were cut.
+  has drafts read the whole 30 s window, as before drafts were cut. Whisper base with 2
+  threads and beam 5 (``base2``, only when asked for with ``--engines``).
 - Streaming as in the node: 40 ms chunks fed at real time (the feeder sleeps until each chunk's
   capture time has passed), ``finish()`` right after the last chunk (the VAD's end event).
   At the end, ``end()`` and then ``poll_final()`` every 10 ms until the final is there (the
@@ -58,6 +59,7 @@ from scipy.signal import resample_poly
 
 from omniflow.core.text import edit_distance, words
 from omniflow.engines.asr import PocketsphinxRecognizer, Recognizer, WhisperRecognizer
+from omniflow.engines.whisper_models import whisper_model_dir
 
 CHUNK = 640  # 40 ms at 16 kHz
 POLL_S = 0.01  # the fusion slice thread looks at the node clock every quarter slice
@@ -239,6 +241,7 @@ def main(argv: list[str] | None = None) -> int:
         "whisper2": lambda: WhisperRecognizer(threads=2),
         "whisper2_greedy": lambda: WhisperRecognizer(threads=2, beam_size=1),
         "whisper2_full_drafts": lambda: WhisperRecognizer(threads=2, draft_window_s=30.0),
+        "base2": lambda: WhisperRecognizer(whisper_model_dir("base")[0], threads=2),
     }
     result = {
         "snr_db": args.snr,

