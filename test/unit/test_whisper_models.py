@@ -20,6 +20,7 @@ pytest.importorskip("faster_whisper", reason="faster-whisper is not installed (r
 from test_asr import CHUNK, START_NS, add_noise, espeak  # noqa: E402
 
 from omniflow.core.asr_model import Machine  # noqa: E402
+from omniflow.core.params import defaults  # noqa: E402
 from omniflow.core.text import words  # noqa: E402
 from omniflow.engines import whisper_models  # noqa: E402
 from omniflow.engines.asr import WhisperRecognizer, bundled_whisper_model  # noqa: E402
@@ -167,18 +168,11 @@ def test_base_hears_noisy_espeak_speech(base_dir: Path, tmp_path: Path) -> None:
 def test_the_configured_line_names_the_model_and_why() -> None:
     from types import SimpleNamespace
 
-    from omniflow.engines.fusion_engines import describe_engines
+    from omniflow.core.fusion_pipeline import PIPELINE_PARAMS
+    from omniflow.engines.fusion_engines import ENGINE_PARAMS, describe_engines
 
     engines = SimpleNamespace(vision=None, echo=None)
-    p = {
-        "vad.engine": "webrtc",
-        "asr.engine": "whisper",
-        "asr.grammar_path": "",
-        "asr.whisper.model": "tiny.en",
-        "asr.whisper.model_path": "",
-        "vision.rate_hz": 5.0,
-        "scheduler.slice_ms": 40,
-    }
+    p = defaults((*PIPELINE_PARAMS, *ENGINE_PARAMS)) | {"asr.whisper.model": "tiny.en", "asr.whisper.model_path": ""}
     assert "whisper tiny.en (asked for by asr.whisper.model)" in describe_engines(engines, p)
     p["asr.whisper.model"] = "auto"
     expected = whisper_models.whisper_model_choice("auto")
