@@ -79,6 +79,8 @@ __all__ = [
 
 #: Names of the recognisers :func:`make_recognizer` builds.
 ASR_ENGINES = ("pocketsphinx", "whisper")
+#: How a prompt reaches Whisper (faster-whisper's ``transcribe`` arguments).
+WHISPER_PROMPTS = ("hotwords", "initial_prompt")
 
 #: A recognised word with its start and end in stream time (ns).
 Word = tuple[str, int, int]
@@ -119,6 +121,12 @@ class Recognizer(abc.ABC):
     @abc.abstractmethod
     def active(self) -> bool:
         """True between :meth:`start` and :meth:`finish`."""
+
+    def set_prompt(self, prompt: str | None) -> None:
+        """Words the current utterance is likely to hold (the objects in view, names: see
+        :mod:`omniflow.core.scene_bias`), for its decodes from now on; None: none. This
+        default ignores them (pocketsphinx: a JSGF grammar is its way to expect words)."""
+        return None
 
     def end(self) -> None:
         """End the utterance without waiting for its final hypothesis: :meth:`poll_final`
@@ -325,6 +333,7 @@ class WhisperStats:
 class _Job:
     utterance: int
     samples: np.ndarray  # int16 copy of the buffer's first len(samples) samples
+    prompt: str | None = None  # the words the utterance was primed with
     done: bool = False
     result: RecognitionResult | None = None
     error: BaseException | None = None
@@ -336,7 +345,7 @@ class _Worker:
     reference to the recogniser, so dropping the recogniser stops the thread
     (``weakref.finalize``)."""
 
-    def __init__(self, decode: Callable[[np.ndarray], RecognitionResult]) -> None:
+    def __init__(self, decode: Callable[[np.ndarray, str | None], RecognitionResult]) -> None:
         self.decode = decode
         self.cond = threading.Condition()
         self.finals: deque[_Job] = deque()
@@ -382,7 +391,7 @@ class _Worker:
                 self.running = job
             t0 = time.perf_counter_ns()
             try:
-                job.result = self.decode(job.samples)
+                job.result = self.decode(job.samples, job.prompt)
             except Exception as err:  # reported to the caller with the final
                 job.error = err
             spent = time.perf_counter_ns() - t0
@@ -409,7 +418,10 @@ class WhisperRecognizer(Recognizer):
     ``float32``; ``beam_size`` 1 is greedy decoding (5, the default, was as fast and more
     accurate in ``benchmarks/asr.py``). ``partial_interval_ms``: new audio
     between two partial decodes while the user speaks; ``finish_timeout_s``: the longest
-    ``finish()`` waits before raising EngineError. Loading takes 1-2 s: build one per stream.
+    ``finish()`` waits before raising EngineError. ``prompt_as``: how :meth:`set_prompt`'s
+    words reach the decoder: ``hotwords`` (default) or ``initial_prompt``, faster-whisper's
+    two ways into the previous-text context (``benchmarks/scene_bias.py`` compares them).
+    Loading takes 1-2 s: build one per stream.
     A missing model is a ConfigError, a model that does not load an EngineError.
     """
 
@@ -423,7 +435,12 @@ class WhisperRecognizer(Recognizer):
         partial_interval_ms: int = 500,
         language: str = "en",
         finish_timeout_s: float = 10.0,
+        prompt_as: str = "hotwords",
     ) -> None:
+        if prompt_as not in WHISPER_PROMPTS:
+            raise ConfigError(
+                f"unknown prompt_as {prompt_as!r}; allowed: {', '.join(WHISPER_PROMPTS)}"
+            )
         if threads < 1 or beam_size < 1 or partial_interval_ms < 0 or finish_timeout_s <= 0:
             raise ConfigError(
                 f"threads ({threads}) and beam_size ({beam_size}) must be >= 1, "
@@ -455,7 +472,7 @@ class WhisperRecognizer(Recognizer):
         self._interval = partial_interval_ms * SAMPLE_RATE // 1000
         self._timeout_s = finish_timeout_s
         self._buffer = np.zeros(_WHISPER_WINDOW_S * SAMPLE_RATE, dtype=np.int16)
-        self._worker = _Worker(self._decode_fn(model, language, beam_size))
+        self._worker = _Worker(self._decode_fn(model, language, beam_size, prompt_as))
         weakref.finalize(self, self._worker.close)
         # The first decode of a process is about 3x slower (allocations, kernel selection):
         # pay for it now, on the worker, not in the first utterance.
@@ -470,14 +487,15 @@ class WhisperRecognizer(Recognizer):
         self._floor_rms = math.inf
         self._partial = ""
         self._partial_job: _Job | None = None
+        self._prompt: str | None = None
         # utterances ended but not yet returned: (their final decode or None, start stamp)
         self._ended: deque[tuple[_Job | None, int]] = deque()
 
     @staticmethod
     def _decode_fn(
-        model: Any, language: str, beam_size: int
-    ) -> Callable[[np.ndarray], RecognitionResult]:
-        def decode(samples: np.ndarray) -> RecognitionResult:
+        model: Any, language: str, beam_size: int, prompt_as: str
+    ) -> Callable[[np.ndarray, str | None], RecognitionResult]:
+        def decode(samples: np.ndarray, prompt: str | None) -> RecognitionResult:
             audio = samples.astype(np.float32) / 32768.0
             segments, _ = model.transcribe(
                 audio,
@@ -486,6 +504,7 @@ class WhisperRecognizer(Recognizer):
                 word_timestamps=True,
                 condition_on_previous_text=False,
                 vad_filter=False,
+                **({prompt_as: prompt} if prompt else {}),
             )
             texts: list[str] = []
             words: list[tuple[str, float, float]] = []
@@ -542,6 +561,12 @@ class WhisperRecognizer(Recognizer):
         self._peak_rms, self._floor_rms = 0.0, math.inf
         self._partial = ""
         self._partial_job = None
+        self._prompt = None
+
+    def set_prompt(self, prompt: str | None) -> None:
+        """Prime this utterance's decodes with ``prompt``'s words: those handed to the worker
+        from now on, and the final (a covering decode made with other words is not taken)."""
+        self._prompt = prompt or None
 
     def feed(self, samples: np.ndarray) -> str | None:
         """Buffer ``samples``, hand the worker a snapshot when due; never waits for a decode.
@@ -575,7 +600,7 @@ class WhisperRecognizer(Recognizer):
         return self._new_partial()
 
     def _submit(self) -> _Job:
-        job = _Job(self._utterance, self._buffer[: self._fed].copy())
+        job = _Job(self._utterance, self._buffer[: self._fed].copy(), self._prompt)
         self._submitted = self._fed
         self._worker.submit(job)
         return job
@@ -616,6 +641,7 @@ class WhisperRecognizer(Recognizer):
                 job is not None
                 and job.utterance == self._utterance
                 and len(job.samples) >= self._voiced_end
+                and job.prompt == self._prompt
             )
 
         with worker.cond:
@@ -630,7 +656,7 @@ class WhisperRecognizer(Recognizer):
                 worker.finals.append(job)
                 stats.finals_in_flight += 1
             else:
-                job = _Job(self._utterance, self._buffer[: self._fed].copy())
+                job = _Job(self._utterance, self._buffer[: self._fed].copy(), self._prompt)
                 worker.finals.append(job)
                 stats.finals_queued += 1
             worker.cond.notify_all()
