@@ -53,8 +53,8 @@ BIAS_PARAMS = (
     ParamSpec(
         "asr.bias.look_back_ms",
         1000,
-        "Frames encoded this long before an utterance's start (and until its first "
-        "decode) give their labels",
+        "Frames encoded from this long before an utterance's start to window.after_ms "
+        "after it give their labels (the newest frame first)",
         unit="ms",
         minimum=0,
         maximum=10000,
