@@ -658,6 +658,8 @@ def primed(bias: SceneBias | None, cat_until: int, quiet: int = 30, **overrides)
     pipeline = FusionPipeline(config(bias=bias, **overrides), engines, clock=lambda: 0)
     feed_scene(pipeline, [QUIET] * quiet + [LOUD] * 15 + [QUIET] * 10, cat_until, every=2)
     (utterance,) = engines.recognizer.utterances
+    assert pipeline.stats.primed_utterances == int(bool(utterance["prompts"]))
+    assert pipeline.stats.last_bias == (utterance["prompts"] or [("", 0)])[-1][0]
     return utterance["prompts"]
 
 

@@ -776,7 +776,10 @@ class FusionPipeline:
         frames = [(s.pointed, *s.labels) if s.pointed else s.labels for s in sights]
         prompt = bias_prompt(bias.words(frames))
         if prompt != self._bias_prompt:
+            if self._bias_prompt is None:
+                self.stats.primed_utterances += 1
             self._bias_prompt = prompt
+            self.stats.last_bias = prompt or ""
             asr.set_prompt(prompt)
 
     def _remove_echo(self, samples: np.ndarray, stamp_ns: int) -> np.ndarray:
