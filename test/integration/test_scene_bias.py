@@ -10,13 +10,11 @@ not said are not heard; this test checks the path from the frame's labels to the
 from __future__ import annotations
 
 import json
-import sys
 import uuid
-from pathlib import Path
 
 import numpy as np
 import pytest
-from room import Room
+from room import Room, spoken
 from sensor_msgs.msg import Image
 from std_msgs.msg import String
 
@@ -33,12 +31,7 @@ SNR_DB = 10.0
 
 @pytest.fixture(scope="module")
 def question() -> np.ndarray:
-    sys.path.insert(0, str(Path(__file__).parents[2] / "scripts"))
-    try:
-        from make_sample_audio import synthesise
-    finally:
-        sys.path.pop(0)
-    return synthesise(QUESTION, words_per_minute=150)
+    return spoken(QUESTION)
 
 
 def test_the_cup_in_view_primes_the_recogniser_and_is_heard(ros_node, start_node, question):
