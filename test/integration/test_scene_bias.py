@@ -1,7 +1,8 @@
 """The camera helps the ears, over real DDS (tier 2): the fusion node (real COCO detector, real
 Whisper tiny.en) sees a cup (scikit-image's ``coffee()`` photograph, published by this test as
 a camera would) while a question about it is asked in a room with a fan at 10 dB SNR; the
-recogniser is primed with what is in view and the cup is heard.
+recogniser is primed with what is in view and the cup is heard. With ``asr.bias.enabled``
+false the same run heard "I'm going to kill it on the table."
 
 ``benchmarks/scene_bias.py`` measures how much the priming helps and that labels in view but
 not said are not heard; this test checks the path from the frame's labels to the transcript.
