@@ -70,6 +70,7 @@ __all__ = [
     "PocketsphinxRecognizer",
     "RecognitionResult",
     "Recognizer",
+    "WHISPER_PROMPTS",
     "WhisperRecognizer",
     "WhisperStats",
     "Word",
