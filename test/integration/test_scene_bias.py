@@ -23,6 +23,7 @@ from omniflow.core.room_sounds import active_rms, fan_noise
 from omniflow.core.text import words
 from omniflow.msg import Scene, Transcript
 from omniflow.ros import conversions
+from omniflow.ros.conversions import ns_from_time
 from omniflow.ros.monitor import TopicRecorder, wait_for_publishers
 from omniflow.ros.qos import EVENTS, LATCHED, SENSOR_DATA
 
@@ -73,13 +74,18 @@ def test_the_cup_in_view_primes_the_recogniser_and_is_heard(ros_node, start_node
             timeout=60,
             what="a scene with the cup",
         )
-        room.user_speaks(clock.now().nanoseconds)
+        spoke_ns = clock.now().nanoseconds
+        room.user_speaks(spoke_ns)
+
+        def question_final(m: Transcript) -> bool:  # not a final the fan alone made before
+            return m.is_final and ns_from_time(m.end) > spoke_ns and bool(m.text.strip())
+
         finals = heard.wait_until(
-            lambda ms: any(m.is_final and m.text.strip() for m in ms),
+            lambda ms: any(question_final(m) for m in ms),
             timeout=90,
             what="the question's final transcript",
         )
-        final = next(m for m in finals if m.is_final and m.text.strip())
+        final = next(m for m in finals if question_final(m))
         said = words(final.text)
         summary = json.loads(
             status.wait_until(
@@ -92,7 +98,11 @@ def test_the_cup_in_view_primes_the_recogniser_and_is_heard(ros_node, start_node
         assert "cup" in said, f"heard {final.text!r} for {QUESTION!r}"
         assert "dining" not in said  # in view ("dining table"), not said
     except (TimeoutError, AssertionError) as err:
-        raise AssertionError(f"{err}\nfusion said:\n{fusion.output()[-3000:]}") from err
+        texts = [(m.utterance_id, m.is_final, m.text) for m in heard.messages]
+        raise AssertionError(
+            f"{err}\ntranscripts: {texts}\nstatus: {status.messages[-1].data}\n"
+            f"fusion said:\n{fusion.output()[-3000:]}"
+        ) from err
     finally:
         ros_node.destroy_timer(timer)
         room.stop()
