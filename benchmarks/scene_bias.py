@@ -26,7 +26,8 @@ Method (prints one JSON object):
   measured in the same run.
 
 A benchmark prints figures; it does not fail on a slow machine. Run from the repository root
-(about 25 minutes on a loaded 2-core machine; ``--quick`` 8)::
+(``--quick``, as ``make bench`` runs it: 10 minutes at a load average of 7-12 on 2 cores;
+the whole run three times as long)::
 
     .venv/bin/python benchmarks/scene_bias.py --json build/bench/scene_bias.json
 """
