@@ -75,6 +75,16 @@ def said(word: str, hypothesis: list[str]) -> bool:
     return False
 
 
+def _room(text: str) -> tuple[str, float]:
+    noise, _, snr = text.partition(":")
+    if noise not in ("fan", "motor", "babble"):
+        raise argparse.ArgumentTypeError(f"{noise!r}: the noises are fan, motor and babble")
+    try:
+        return noise, float(snr)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give NOISE:SNR_DB, e.g. babble:10") from None
+
+
 def _count(flags: list[bool]) -> tuple[int, int]:
     return sum(flags), len(flags)
 
@@ -106,6 +116,12 @@ def decode(rec: WhisperRecognizer, samples: np.ndarray, prompt: str | None) -> t
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="the fan at 10 dB only")
+    parser.add_argument(
+        "--room",
+        action="append",
+        type=_room,
+        help="a room NOISE:SNR_DB instead of the default ones (repeatable), e.g. babble:10",
+    )
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args(argv)
     questions = []
@@ -115,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         questions.append((target, text, synthesise(text, voice=voice, words_per_minute=150)))
     span = max(len(s) for _, _, s in questions) + round((LEAD_S + TAIL_S) * RATE)
     noises = make_noises(4 * span, seed=11)
-    rooms = ROOMS[:1] if args.quick else ROOMS
+    rooms = tuple(args.room) if args.room else ROOMS[:1] if args.quick else ROOMS
     runs = ["none"]
     runs += [f"{way}/{scene}" for way in WHISPER_PROMPTS for scene in ("in_view", "not_in_view")]
     recognizers = {
