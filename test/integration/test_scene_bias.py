@@ -4,8 +4,8 @@ a camera would) while a question about it is asked in a room with a fan at 10 dB
 recogniser is primed with what is in view and the cup is heard. With ``asr.bias.enabled``
 false the same run heard "I'm going to kill it on the table."
 
-``benchmarks/scene_bias.py`` measures how much the priming helps and that labels in view but
-not said are not heard; this test checks the path from the frame's labels to the transcript.
+``benchmarks/scene_bias.py`` measures how much the priming helps and how often labels in view
+but not said are heard; this test checks the path from the frame's labels to the transcript.
 """
 
 from __future__ import annotations
