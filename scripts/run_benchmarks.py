@@ -40,6 +40,7 @@ ARGUMENTS = {
     "llm": ["--rounds", "7"],
     "full_duplex": ["--passes", "8"],
     "intake": ["--seconds", "12"],
+    "scene_bias": ["--quick"],
 }
 
 

@@ -3,6 +3,7 @@ and attenuated, mixed with a recorded user when the test says so."""
 
 from __future__ import annotations
 
+import sys
 import threading
 from pathlib import Path
 
@@ -23,6 +24,17 @@ ROBOT_TEXT = (
     "The red box on the table is a parcel for the kitchen. I can carry it there "
     "after I finish charging, or you can take it yourself right now."
 )
+
+
+def spoken(text: str) -> np.ndarray:
+    """``text`` said by espeak-ng (en-us, 150 words/min), 16 kHz int16, as the benchmarks
+    make their speech (scripts/make_sample_audio.py)."""
+    sys.path.insert(0, str(Path(__file__).parents[2] / "scripts"))
+    try:
+        from make_sample_audio import synthesise
+    finally:
+        sys.path.pop(0)
+    return synthesise(text, words_per_minute=150)
 
 
 class Room:

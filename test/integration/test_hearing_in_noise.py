@@ -12,12 +12,11 @@ last resort then: the utterance it cuts still gets its final transcript.
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 from dialogue_graph import ANSWER_TIMEOUT_S
+from room import spoken
 from test_conversation import Conversation
 
 from omniflow.core.room_sounds import active_rms, pink_noise
@@ -32,12 +31,7 @@ SNR_DB = 10.0
 
 @pytest.fixture(scope="module")
 def question() -> np.ndarray:
-    sys.path.insert(0, str(Path(__file__).parents[2] / "scripts"))
-    try:
-        from make_sample_audio import synthesise
-    finally:
-        sys.path.pop(0)
-    return synthesise(QUESTION, words_per_minute=150)
+    return spoken(QUESTION)
 
 
 def room_noise(question: np.ndarray, snr_db: float) -> np.ndarray:

@@ -26,6 +26,7 @@ from omniflow.core.fusion_pipeline import (
     FusionEngines,
     FusionPipeline,
 )
+from omniflow.core.scene_bias import SceneBias
 from omniflow.core.timing import CHUNK_SAMPLES, NS_PER_MS, NS_PER_S, NS_PER_SAMPLE
 from omniflow.core.tokens import Modality
 from omniflow.errors import EngineError
@@ -99,7 +100,12 @@ class ScriptedRecognizer:
 
     def start(self, stamp_ns: int) -> None:
         self.active = True
-        self.utterances.append({"start_ns": stamp_ns, "chunks": []})
+        self.utterances.append({"start_ns": stamp_ns, "chunks": [], "prompts": []})
+
+    def set_prompt(self, prompt: str | None) -> None:
+        """Records each prompt with the chunks fed before it."""
+        utterance = self.utterances[-1]
+        utterance["prompts"].append((prompt, len(utterance["chunks"])))
 
     def feed(self, samples: np.ndarray) -> str | None:
         chunks = self.utterances[-1]["chunks"]
@@ -710,6 +716,40 @@ def test_unused_frames_shrink_to_a_quarter_at_the_vision_rate_and_save_memory(wo
     assert all(t.resolution.name == "QUARTER" for t in tokens[:-3])
     _, stale_bytes = held(100)  # freshness that never fires in 3 s
     assert fresh_bytes * 15 == stale_bytes * (3 + 12 / 4)  # 40 % of the frames' bytes
+
+
+def primed(bias: SceneBias | None, cat_until: int, quiet: int = 30, **overrides) -> list:
+    """The prompts of one utterance at chunk ``quiet``: (prompt, chunks fed before it)."""
+    engines = FusionEngines(ScriptedVad(confirm=3), SayingRecognizer("hi"), LabelledVision())
+    pipeline = FusionPipeline(config(bias=bias, **overrides), engines, clock=lambda: 0)
+    feed_scene(pipeline, [QUIET] * quiet + [LOUD] * 15 + [QUIET] * 10, cat_until, every=2)
+    (utterance,) = engines.recognizer.utterances
+    assert pipeline.stats.primed_utterances == int(bool(utterance["prompts"]))
+    assert pipeline.stats.last_bias == (utterance["prompts"] or [("", 0)])[-1][0]
+    return utterance["prompts"]
+
+
+def test_the_recogniser_is_primed_with_the_labels_in_view_before_it_hears_a_word():
+    assert primed(SceneBias(), cat_until=0) == [("cup, dining table", 0)]
+
+
+def test_the_frame_nearest_the_onset_primes_it_again_newest_first():
+    # A cat until the onset, then a cup; at 0.5 frames/s only T0's frame (the cat) is
+    # encoded before the START, the onset's (the cup) just after it.
+    bias = SceneBias(look_back_ns=2 * NS_PER_S)
+    prompts = primed(bias, cat_until=30, vision_rate_hz=0.5)
+    assert prompts == [("cat", 0), ("cup, dining table, cat", 3)]
+
+
+def test_frames_before_the_look_back_and_skipped_labels_do_not_prime_it():
+    bias = SceneBias(look_back_ns=200 * NS_PER_MS, skip=("cup", "dining table"))
+    # cats until 0.4 s, cups (skipped) from then on; speech at 1.2 s
+    assert primed(bias, cat_until=10) == []
+
+
+def test_names_prime_it_with_nothing_in_view_and_no_bias_never_primes():
+    assert primed(SceneBias(names=("Ada",), skip=("cup", "dining table")), 0) == [("Ada", 0)]
+    assert primed(None, cat_until=0) == []
 
 
 def test_closing_the_engines_stops_those_that_run_threads_of_their_own():

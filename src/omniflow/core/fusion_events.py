@@ -133,6 +133,8 @@ class FusionStats:
     echo_chunks: int = 0  # microphone chunks judged to be the robot's own voice
     echo_suppressed_starts: int = 0  # speech starts the raw microphone had, echo removed
     voice_activity: int = 0  # voice activity events handed out
+    primed_utterances: int = 0  # utterances whose recogniser was primed (asr.bias.*)
+    last_bias: str = ""  # the words the last primed utterance was primed with
     echo_delay_ms: float = float("nan")  # the echo delay last estimated
     audio_ingest_ms_max: float = 0.0  # longest prompt audio pass (echo, VAD, ASR)
     last_reject_reason: str = ""

@@ -22,8 +22,10 @@ One microphone chunk takes this path (see :meth:`FusionPipeline.process_audio`):
    cleans what is left, for the VAD and the recogniser;
 4. the chunk joins the preroll (the VAD confirms a start up to ~0.2 s after it happened)
    and becomes an audio token in the ring;
-5. the VAD's events: a start opens an utterance (new id), feeds the recogniser the preroll
-   from the start on and requests an association; an end ends the recogniser's utterance
+5. the VAD's events: a start opens an utterance (new id), primes the recogniser with the
+   labels of the frames in view around it (``config.bias``, :mod:`omniflow.core.scene_bias`;
+   again when the frame nearest the onset is encoded), feeds it the preroll from the start
+   on and requests an association; an end ends the recogniser's utterance
    without waiting for its final;
 6. speech longer than ``max_utterance_ns`` is cut: END, the utterance ended, the VAD reset;
 7. finals the recogniser has ready are collected, oldest first; an utterance whose final the
@@ -84,6 +86,7 @@ from omniflow.core.fusion_events import (
 from omniflow.core.lexicon import Sight, WordSpace
 from omniflow.core.params import ParamSpec
 from omniflow.core.scene import describe, person_present
+from omniflow.core.scene_bias import BIAS_PARAMS, SceneBias, bias_prompt
 from omniflow.core.scheduler import Slice, TdmScheduler
 from omniflow.core.semantic import CODE_BITS, BloomFilter, Gate, LshEncoder
 from omniflow.core.timing import NS_PER_MS, NS_PER_S, NS_PER_SAMPLE
@@ -165,6 +168,8 @@ class Recognizer(Protocol):
     def active(self) -> bool: ...
 
     def start(self, stamp_ns: int) -> None: ...
+
+    def set_prompt(self, prompt: str | None) -> None: ...
 
     def feed(self, samples: np.ndarray) -> str | None: ...
 
@@ -433,6 +438,7 @@ PIPELINE_PARAMS = (
         maximum=60000,
         read_only=True,
     ),
+    *BIAS_PARAMS,
 )
 
 
@@ -453,6 +459,7 @@ class FusionConfig:
     unused_limit: int = 3
     onset_ring_ns: int = NS_PER_S
     turn_yield_ns: int = 0
+    bias: SceneBias | None = None  # None: the recogniser is never primed
 
     @classmethod
     def from_params(cls, params: Mapping[str, object]) -> FusionConfig:
@@ -471,6 +478,7 @@ class FusionConfig:
             unused_limit=int(params["association.unused_limit"]),
             onset_ring_ns=int(params["vision.onset_ring_ms"]) * NS_PER_MS,
             turn_yield_ns=int(params["vision.turn_yield_ms"]) * NS_PER_MS,
+            bias=SceneBias.from_params(params),
         )
 
 
@@ -551,6 +559,7 @@ class FusionPipeline:
         self._preroll: deque[tuple[int, np.ndarray]] = deque()
         self._utterance = first_utterance_id - 1
         self._speech_start_ns = 0
+        self._bias_prompt: str | None = None  # what the current utterance was primed with
         # utterances ended whose final the recogniser has not handed over: (id, start, end)
         self._finals_due: deque[tuple[int, int, int]] = deque()
         self._last_audio_end_ns = 0
@@ -778,8 +787,32 @@ class FusionPipeline:
             return
         first = [(s, x) for s, x in self._preroll if _end_ns(s, x) > start_ns]
         asr.start(first[0][0])
+        self._bias_prompt = None
+        self._prime_recognizer()
         for _, x in first:
             self._feed(x, heard_until_ns)
+
+    def _prime_recognizer(self) -> None:
+        """Prime the recogniser with the labels of the frames in view around the current
+        utterance's start (``config.bias``): those encoded from ``look_back_ns`` before it
+        to ``window_after_ns`` after it, newest first; again when such a frame is encoded
+        later (the frame nearest the onset is), only when the words change."""
+        bias, asr = self.config.bias, self.engines.recognizer
+        if bias is None or asr is None or not asr.active:
+            return
+        start = self._speech_start_ns
+        tokens = self.ring.query(
+            start - bias.look_back_ns, start + self.config.window_after_ns, Modality.VISION
+        )
+        sights = [t.payload.sight for t in reversed(tokens) if isinstance(t.payload, VisionPayload)]
+        frames = [(s.pointed, *s.labels) if s.pointed else s.labels for s in sights]
+        prompt = bias_prompt(bias.words(frames))
+        if prompt != self._bias_prompt:
+            if self._bias_prompt is None:
+                self.stats.primed_utterances += 1
+            self._bias_prompt = prompt
+            self.stats.last_bias = prompt or ""
+            asr.set_prompt(prompt)
 
     def _remove_echo(self, samples: np.ndarray, stamp_ns: int) -> np.ndarray:
         """The chunk with the robot's voice taken out (unchanged without an echo stage);
@@ -975,6 +1008,7 @@ class FusionPipeline:
         )
         if token_id is not None:
             self.associator.age(token_id)
+            self._prime_recognizer()
         phrases, sentence = describe(summary)
         self._slice_out.append(
             SceneEvent(stamp_ns, code, tuple(phrases), sentence, person_present(summary))

@@ -77,6 +77,7 @@ __all__ = [
     "PocketsphinxRecognizer",
     "RecognitionResult",
     "Recognizer",
+    "WHISPER_PROMPTS",
     "WhisperRecognizer",
     "WhisperStats",
     "Word",
@@ -86,6 +87,8 @@ __all__ = [
 
 #: Names of the recognisers :func:`make_recognizer` builds.
 ASR_ENGINES = ("pocketsphinx", "whisper")
+#: How a prompt reaches Whisper (faster-whisper's ``transcribe`` arguments).
+WHISPER_PROMPTS = ("hotwords", "initial_prompt")
 
 #: A recognised word with its start and end in stream time (ns).
 Word = tuple[str, int, int]
@@ -126,6 +129,12 @@ class Recognizer(abc.ABC):
     @abc.abstractmethod
     def active(self) -> bool:
         """True between :meth:`start` and :meth:`finish`."""
+
+    def set_prompt(self, prompt: str | None) -> None:
+        """Words the current utterance is likely to hold (the objects in view, names: see
+        :mod:`omniflow.core.scene_bias`), for its decodes from now on; None: none. This
+        default ignores them (pocketsphinx: a JSGF grammar is its way to expect words)."""
+        return None
 
     def end(self) -> None:
         """End the utterance without waiting for its final hypothesis: :meth:`poll_final`
@@ -370,6 +379,7 @@ class _Job:
     utterance: int
     samples: np.ndarray  # int16 copy of the buffer's first len(samples) samples
     draft: bool = False  # a cut window, greedy, no word times: never a final
+    prompt: str | None = None  # the words the utterance was primed with
     done: bool = False
     result: RecognitionResult | None = None
     error: BaseException | None = None
@@ -456,8 +466,10 @@ class WhisperRecognizer(Recognizer):
     between two partial decodes while the user speaks; ``finish_timeout_s``: the longest
     ``finish()`` waits before raising EngineError; ``draft_window_s``: the seconds of
     Whisper's 30 s window a draft's encoder reads (:func:`encoder_frames`: never less than
-    the audio and 1 s; 30: drafts read the whole window too). Loading takes 1-2 s: build
-    one per stream.
+    the audio and 1 s; 30: drafts read the whole window too). ``prompt_as``: how
+    :meth:`set_prompt`'s words reach the decoder: ``hotwords`` (default) or
+    ``initial_prompt``, faster-whisper's two ways into the previous-text context
+    (``benchmarks/scene_bias.py`` compares them). Loading takes 1-2 s: build one per stream.
     A missing model is a ConfigError, a model that does not load an EngineError.
     """
 
@@ -472,7 +484,12 @@ class WhisperRecognizer(Recognizer):
         language: str = "en",
         finish_timeout_s: float = 10.0,
         draft_window_s: float = 10.0,
+        prompt_as: str = "hotwords",
     ) -> None:
+        if prompt_as not in WHISPER_PROMPTS:
+            raise ConfigError(
+                f"unknown prompt_as {prompt_as!r}; allowed: {', '.join(WHISPER_PROMPTS)}"
+            )
         if (
             threads < 1
             or beam_size < 1
@@ -510,7 +527,9 @@ class WhisperRecognizer(Recognizer):
         self._interval = partial_interval_ms * SAMPLE_RATE // 1000
         self._timeout_s = finish_timeout_s
         self._buffer = np.zeros(_WHISPER_WINDOW_S * SAMPLE_RATE, dtype=np.int16)
-        self._worker = _Worker(self._decode_fn(model, language, beam_size, draft_window_s))
+        self._worker = _Worker(
+            self._decode_fn(model, language, beam_size, draft_window_s, prompt_as)
+        )
         weakref.finalize(self, self._worker.close)
         # The first decode of a process is about 3x slower (allocations, kernel selection):
         # pay for it now, on the worker, not in the first utterance.
@@ -526,15 +545,16 @@ class WhisperRecognizer(Recognizer):
         self._floor_rms = math.inf
         self._partial = ""
         self._partial_job: _Job | None = None
+        self._prompt: str | None = None
         # utterances ended but not yet returned: (their final decode or None, start stamp)
         self._ended: deque[tuple[_Job | None, int]] = deque()
 
     @staticmethod
     def _decode_fn(
-        model: Any, language: str, beam_size: int, draft_window_s: float
+        model: Any, language: str, beam_size: int, draft_window_s: float, prompt_as: str
     ) -> Callable[[_Job], RecognitionResult]:
         def decode(job: _Job) -> RecognitionResult:
-            samples, draft = job.samples, job.draft
+            samples, draft, prompt = job.samples, job.draft, job.prompt
             audio = samples.astype(np.float32) / 32768.0
             model.frames = encoder_frames(len(samples), draft_window_s) if draft else None
             segments, _ = model.transcribe(
@@ -547,6 +567,7 @@ class WhisperRecognizer(Recognizer):
                 max_new_tokens=int(len(samples) / SAMPLE_RATE * 10) + 10 if draft else None,
                 condition_on_previous_text=False,
                 vad_filter=False,
+                **({prompt_as: prompt} if prompt else {}),
             )
             texts: list[str] = []
             words: list[tuple[str, float, float]] = []
@@ -608,6 +629,12 @@ class WhisperRecognizer(Recognizer):
         self._peak_rms, self._floor_rms = 0.0, math.inf
         self._partial = ""
         self._partial_job = None
+        self._prompt = None
+
+    def set_prompt(self, prompt: str | None) -> None:
+        """Prime this utterance's decodes with ``prompt``'s words: those handed to the worker
+        from now on, and the final (a covering decode made with other words is not taken)."""
+        self._prompt = prompt or None
 
     def feed(self, samples: np.ndarray) -> str | None:
         """Buffer ``samples``, hand the worker a snapshot when due; never waits for a decode.
@@ -643,7 +670,7 @@ class WhisperRecognizer(Recognizer):
         return self._new_partial()
 
     def _submit(self, draft: bool) -> _Job:
-        job = _Job(self._utterance, self._buffer[: self._fed].copy(), draft)
+        job = _Job(self._utterance, self._buffer[: self._fed].copy(), draft, self._prompt)
         self._submitted = self._fed
         self._worker.submit(job)
         return job
@@ -685,6 +712,7 @@ class WhisperRecognizer(Recognizer):
                 and not job.draft
                 and job.utterance == self._utterance
                 and len(job.samples) >= self._voiced_end
+                and job.prompt == self._prompt
             )
 
         with worker.cond:
@@ -699,7 +727,7 @@ class WhisperRecognizer(Recognizer):
                 worker.finals.append(job)
                 stats.finals_in_flight += 1
             else:
-                job = _Job(self._utterance, self._buffer[: self._fed].copy())
+                job = _Job(self._utterance, self._buffer[: self._fed].copy(), prompt=self._prompt)
                 worker.finals.append(job)
                 stats.finals_queued += 1
             worker.cond.notify_all()
