@@ -172,7 +172,8 @@ def test_the_configured_line_names_the_model_and_why() -> None:
     from omniflow.engines.fusion_engines import ENGINE_PARAMS, describe_engines
 
     engines = SimpleNamespace(vision=None, echo=None)
-    p = defaults((*PIPELINE_PARAMS, *ENGINE_PARAMS)) | {"asr.whisper.model": "tiny.en", "asr.whisper.model_path": ""}
+    p = defaults((*PIPELINE_PARAMS, *ENGINE_PARAMS))
+    p.update({"asr.whisper.model": "tiny.en", "asr.whisper.model_path": ""})
     assert "whisper tiny.en (asked for by asr.whisper.model)" in describe_engines(engines, p)
     p["asr.whisper.model"] = "auto"
     expected = whisper_models.whisper_model_choice("auto")
