@@ -562,9 +562,15 @@ class WhisperRecognizer(Recognizer):
                 language=language,
                 beam_size=1 if draft else beam_size,
                 word_timestamps=not draft,
-                # A cut window can make the decoder repeat itself: a draft stops at 10
-                # tokens a second of audio (speech has 3-4), plus 10.
-                max_new_tokens=int(len(samples) / SAMPLE_RATE * 10) + 10 if draft else None,
+                # A cut window or a prompt can make the decoder repeat itself (on a short
+                # or silent snapshot it ran to its 448-token limit, seconds): speech has
+                # 3-4 tokens a second, so it stops at 10 a second of audio, plus 10.
+                max_new_tokens=int(len(samples) / SAMPLE_RATE * 10) + 10,
+                # No fallback: faster-whisper repeats a low-confidence decode at rising
+                # temperatures, up to 5 more times (a short "up." took 1-2 s in the graph);
+                # over benchmarks/asr.py's sentences, voices and 20/10 dB the words were the
+                # same without it.
+                temperature=0.0,
                 condition_on_previous_text=False,
                 vad_filter=False,
                 **({prompt_as: prompt} if prompt else {}),
