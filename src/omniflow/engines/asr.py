@@ -562,9 +562,9 @@ class WhisperRecognizer(Recognizer):
                 language=language,
                 beam_size=1 if draft else beam_size,
                 word_timestamps=not draft,
-                # A cut window or a prompt can make the decoder repeat itself (on a short
-                # or silent snapshot it ran to its 448-token limit, seconds): speech has
-                # 3-4 tokens a second, so it stops at 10 a second of audio, plus 10.
+                # The decoder can repeat itself on a short or noisy snapshot (0.4 s of noise
+                # took up to 2.6 s without a cap): speech has 3-4 tokens a second, so it
+                # stops at 10 a second of audio, plus 10.
                 max_new_tokens=int(len(samples) / SAMPLE_RATE * 10) + 10,
                 # No fallback: faster-whisper repeats a low-confidence decode at rising
                 # temperatures, up to 5 more times (a short "up." took 1-2 s in the graph);
