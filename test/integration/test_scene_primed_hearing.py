@@ -42,7 +42,12 @@ def test_the_cup_in_view_primes_the_recogniser_and_is_heard(ros_node, start_node
     fusion = start_node(
         "omniflow.nodes.fusion",
         "fusion",
-        {"vision.rate_hz": 5.0, "vision.detectors": "", "vad.min_silence_ms": 400},
+        {
+            "vision.rate_hz": 5.0,
+            "vision.detectors": "",
+            "vad.min_silence_ms": 400,
+            "asr.bias.enabled": True,
+        },
         namespace=ns,
     )
     status = TopicRecorder(ros_node, String, f"{ns}/fusion/status", LATCHED)

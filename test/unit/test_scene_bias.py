@@ -84,6 +84,8 @@ def test_a_word_list_with_a_non_word_names_it_and_the_fix(text):
 
 def test_from_params_defaults_and_off():
     params = defaults(BIAS_PARAMS)
+    assert SceneBias.from_params(params) is None  # off by default
+    params["asr.bias.enabled"] = True
     bias = SceneBias.from_params(params)
     assert bias == SceneBias(names=(), skip=("person",), look_back_ns=1000 * NS_PER_MS)
     params.update({"asr.bias.words": "Ada", "asr.bias.max_words": 3})

@@ -36,11 +36,12 @@ _WORD = re.compile(r"^[^\W\d_]+(?:[ '\-][^\W\d_]+)*$")
 BIAS_PARAMS = (
     ParamSpec(
         "asr.bias.enabled",
-        True,
+        False,
         "Prime the recogniser with the labels of the objects in view around each "
         "utterance's start and the names in asr.bias.words, so 'the cup' is heard when a "
         "cup is in view (Whisper: its hotwords context; pocketsphinx ignores it: give it a "
-        "grammar; benchmarks/scene_bias.py)",
+        "grammar; benchmarks/scene_bias.py). Off by default: in babble Whisper tiny.en "
+        "heard labels unsaid, and on a question cut off it wrote the primed words instead",
         read_only=True,
     ),
     ParamSpec(
@@ -115,15 +116,15 @@ class SceneBias:
     @classmethod
     def from_params(cls, params: Mapping[str, object]) -> SceneBias | None:
         """From the fusion node's ``asr.bias.*`` values; None when ``asr.bias.enabled`` is
-        false. Raises ConfigError for a word list with something that is not a word."""
-        if not params["asr.bias.enabled"]:
-            return None
-        return cls(
+        false. Raises ConfigError for a word list with something that is not a word (also
+        when off: a typo is named before anyone turns it on)."""
+        bias = cls(
             names=parse_words(params["asr.bias.words"], "asr.bias.words"),
             skip=parse_words(params["asr.bias.skip_labels"], "asr.bias.skip_labels"),
             look_back_ns=int(params["asr.bias.look_back_ms"]) * NS_PER_MS,
             max_words=int(params["asr.bias.max_words"]),
         )
+        return bias if params["asr.bias.enabled"] else None
 
     def words(self, frames: Iterable[Sequence[str]]) -> tuple[str, ...]:
         """The words for one utterance: ``frames`` holds each frame's labels (newest frame
