@@ -10,7 +10,11 @@ valid until the end:
 1. the node is deactivated if it is active (its workers stop, a goal in progress ends with
    its reason, the latched state says so), while the executor still delivers what that
    sends;
-2. the executor stops and its thread is joined;
+2. the executor's thread stops taking work and is joined, the callbacks it handed to a
+   thread pool finish, and only then is the executor shut down: rclpy 7.1's
+   ``Executor.shutdown`` does not wait for callbacks in flight (its wait is skipped), and
+   destroys the guard condition a pool thread may be about to trigger ("cannot use
+   Destroyable because destruction was requested");
 3. the node releases what it holds (devices, models, native engines) and is destroyed;
 4. the context is shut down; the exit code is 0.
 """
@@ -39,8 +43,10 @@ from omniflow.errors import ConfigError
 
 # Signals that stop a node executable (Ctrl-C; what launch and systemd send).
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-# Time the executor's thread gets to return once the executor is shut down.
+# Time the executor's thread, and the callbacks in flight, get to return at a stop.
 _SPIN_JOIN_S = 5.0
+# How long one turn of the executor's loop waits for work before it looks at the halt event.
+_SPIN_ONCE_S = 0.1
 # How often the main thread looks whether a stop signal came. It polls rather than waits on
 # the event: the handler runs on the main thread and sets that event, which would deadlock
 # if the signal arrived while the main thread held the event's lock inside wait().
@@ -95,8 +101,9 @@ def run_node(
         executor = executor_factory()
         executor.add_node(node)
         failed: list[BaseException] = []
+        halt = threading.Event()  # the executor's thread: take no more work
         spinner = threading.Thread(
-            target=_spin, args=(executor, stop, failed), name="executor", daemon=True
+            target=_spin, args=(executor, halt, stop, failed), name="executor", daemon=True
         )
         try:
             if isinstance(node, LifecycleNode) and node.params.get("autostart", False):
@@ -109,7 +116,7 @@ def run_node(
             while not stop.is_set():
                 time.sleep(_POLL_S)
         finally:
-            _stop(node, executor, spinner)
+            _stop(node, executor, spinner, halt)
     return 1 if failed else 0
 
 
@@ -127,10 +134,16 @@ def _shm_shortfall(env: Mapping[str, str], shm: str = "/dev/shm") -> str:
     return f"{check.detail} ({path}); {check.fix}" if segment and check.verdict == FAIL else ""
 
 
-def _spin(executor: Executor, stop: threading.Event, failed: list[BaseException]) -> None:
-    """The executor's thread: spin until shut down; a callback's exception stops the node."""
+def _spin(
+    executor: Executor,
+    halt: threading.Event,
+    stop: threading.Event,
+    failed: list[BaseException],
+) -> None:
+    """The executor's thread: spin until ``halt``; a callback's exception stops the node."""
     try:
-        executor.spin()
+        while not halt.is_set() and executor.context.ok():
+            executor.spin_once(timeout_sec=_SPIN_ONCE_S)
     except ExternalShutdownException:
         pass
     except Exception as err:  # noqa: BLE001 - the node stops, in order, and the exit code says so
@@ -142,13 +155,27 @@ def _spin(executor: Executor, stop: threading.Event, failed: list[BaseException]
         stop.set()
 
 
-def _stop(node: Node, executor: Executor, spinner: threading.Thread) -> None:
+def _stop(
+    node: Node, executor: Executor, spinner: threading.Thread, halt: threading.Event
+) -> None:
     """Deactivate, stop the executor, release, destroy, shut the context down: in order."""
     if isinstance(node, LifecycleNode) and getattr(node, "state_text", "") == "active":
         node.trigger_deactivate()
-    executor.shutdown(timeout_sec=_SPIN_JOIN_S)
+    halt.set()
     if spinner.is_alive():
         spinner.join(_SPIN_JOIN_S)
+    _wait_for_callbacks(executor, _SPIN_JOIN_S)
+    executor.shutdown(timeout_sec=_SPIN_JOIN_S)
     node.release()
     node.destroy_node()
     rclpy.try_shutdown()
+
+
+def _wait_for_callbacks(executor: Executor, timeout_s: float) -> None:
+    """Wait until the callbacks a multi-threaded executor handed to its pool have returned
+    (rclpy keeps their tasks in ``_futures``; a single-threaded executor runs each one
+    inside ``spin_once``, so it has none in flight once its thread is joined)."""
+    deadline = time.monotonic() + timeout_s
+    for task in list(getattr(executor, "_futures", ())):
+        while not task.done() and time.monotonic() < deadline:
+            time.sleep(0.01)
