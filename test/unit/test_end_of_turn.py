@@ -18,7 +18,12 @@ from omniflow.core.dialogue import (
     UserSaid,
     Warm,
 )
-from omniflow.core.end_of_turn import END_OF_TURN_PARAMS, EndOfTurnPolicy, without_closing_stop
+from omniflow.core.end_of_turn import (
+    END_OF_TURN_PARAMS,
+    EndOfTurnPolicy,
+    trails_off,
+    without_closing_stop,
+)
 from omniflow.core.params import defaults
 
 POLICY = EndOfTurnPolicy.default()
@@ -111,6 +116,34 @@ def test_a_complete_question_scored_early_waits_only_the_short_wait():
     assert dm.turn_score(1, COMPLETE, 1.12) == [AwaitTurnEnd(1, COMPLETE, 0.2)]
     assert dm.tick(1.15) == []
     assert of(dm.tick(1.2), StartTurn)
+
+
+@pytest.mark.parametrize(
+    ("text", "trailing"),
+    [
+        ("Please vote no...", True),
+        ("I would like the …", True),
+        ("the red,", True),
+        ("Here is the list:", True),
+        ("What is this?", False),
+        ("Stop!", False),
+        ("Bring me the cup.", False),
+        ("", False),
+    ],
+)
+def test_a_voice_that_trails_off_is_told_by_the_recognisers_closing_marks(text, trailing):
+    assert trails_off(text) is trailing
+
+
+def test_words_that_trail_off_get_the_long_wait_even_when_the_model_scores_them_complete():
+    # "Please put the" heard as "Please vote no...": the words read as a sentence, the
+    # ellipsis says the voice stopped in the middle of one.
+    dm = heard("Please vote no...", 1.25)
+    assert dm.turn_score(1, COMPLETE, 1.3) == [AwaitTurnEnd(1, COMPLETE, 1.0)]
+    assert dm.tick(1.6) == []
+    assert dm.voice_start(2, 0.09, 1.7) == []  # the user goes on: same turn
+    actions = dm.transcript(2, "the shelf.", True, 2.6, speech_end=2.4)
+    assert actions == [ScoreTurn(2, "Please vote no the shelf")]
 
 
 def test_an_unfinished_sentence_waits_and_the_user_going_on_makes_one_turn():

@@ -568,7 +568,7 @@ class DialogueManager:
         if pending is None or pending.utterance_id != utterance_id or pending.scored:
             return []  # the user went on meanwhile, or a stale answer
         pending.scored = True
-        wait_s = self.end_of_turn.wait_s(probability)
+        wait_s = self.end_of_turn.wait_s(probability, pending.text)
         pending.deadline = pending.speech_end + wait_s
         if now >= pending.deadline:
             return self._commit(now)

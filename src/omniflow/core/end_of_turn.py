@@ -12,7 +12,11 @@ probability into a wait counted from the end of the speech:
   the fusion node's VAD, which reports the end after ``vad.min_silence_ms``, sets the floor);
 - below it: the sentence is likely unfinished, a long wait (``long_wait_s``) for the user to
   go on; speech before it ends joins the words so far into one turn;
-- no probability (a model that cannot score, a score that failed): ``unscored_wait_s``.
+- no probability (a model that cannot score, a score that failed): ``unscored_wait_s``;
+- words the recogniser heard trail off (:func:`trails_off`: an ellipsis, a comma, a colon at
+  the end): the long wait whatever the score. Whisper closes a voice that stops mid-sentence
+  with "..."; the words before it may still read as a sentence to the model ("Please put
+  the" heard as "Please vote no..." scored complete, and the robot answered in the pause).
 
 What is scored is :func:`without_closing_stop`: a recogniser closes whatever it heard with
 a full stop, fragments too ("I would like the."), and after a full stop the model expects
@@ -33,7 +37,7 @@ from dataclasses import dataclass
 
 from omniflow.core.params import ParamSpec, defaults
 
-__all__ = ["END_OF_TURN_PARAMS", "EndOfTurnPolicy", "without_closing_stop"]
+__all__ = ["END_OF_TURN_PARAMS", "EndOfTurnPolicy", "trails_off", "without_closing_stop"]
 
 END_OF_TURN_PARAMS = (
     ParamSpec(
@@ -100,6 +104,16 @@ def without_closing_stop(text: str) -> str:
     return text.rstrip(_TRAILING)
 
 
+def trails_off(text: str) -> bool:
+    """Whether the recogniser closed ``text`` as a voice that stopped mid-sentence: an
+    ellipsis, a comma, a semicolon or a colon at its end.
+
+    >>> trails_off("Please vote no..."), trails_off("What is this?"), trails_off("Yes.")
+    (True, False, False)
+    """
+    return text.rstrip().endswith(("...", "…", ",", ";", ":"))
+
+
 @dataclass(frozen=True)
 class EndOfTurnPolicy:
     """The wait after the user's speech for an end-of-turn probability; see the module."""
@@ -136,13 +150,18 @@ class EndOfTurnPolicy:
         """Whether a turn with this end-of-turn probability counts as complete."""
         return probability >= self.threshold
 
-    def wait_s(self, probability: float | None) -> float:
-        """Seconds of silence after the speech before the turn is answered.
+    def wait_s(self, probability: float | None, text: str = "") -> float:
+        """Seconds of silence after the speech before the turn is answered; ``text`` is the
+        words as the recogniser closed them (see :func:`trails_off`).
 
         >>> policy = EndOfTurnPolicy.default()
         >>> policy.wait_s(0.05), policy.wait_s(0.0005), policy.wait_s(None)
         (0.2, 1.0, 0.4)
+        >>> policy.wait_s(0.9, "I would like the..."), policy.wait_s(None, "the red,")
+        (1.0, 1.0)
         """
+        if trails_off(text):
+            return self.long_wait_s
         if probability is None or probability != probability:  # None or NaN: not scored
             return self.unscored_wait_s
         return self.short_wait_s if self.complete(probability) else self.long_wait_s
