@@ -17,7 +17,7 @@ import threading
 import time
 
 import rclpy
-from dialogue_graph import ANSWER_TIMEOUT_S, LONG_PROMPT, wait_future
+from dialogue_graph import ANSWER_TIMEOUT_S, LONG_PROMPT, SLOW_SPEECH, wait_future
 from rclpy.action import ActionClient
 from room import Room
 
@@ -29,7 +29,7 @@ from omniflow.ros.monitor import TopicRecorder, spinning
 from omniflow.ros.qos import EVENTS, LATCHED
 
 OUTAGE_S = 5.0
-ROBOT_NODES = {"fusion": {"vision.enabled": False}, "speech": {"sink": "null"}}
+ROBOT_NODES = {"fusion": {"vision.enabled": False}, "speech": SLOW_SPEECH}
 
 
 class Arrivals:
