@@ -14,7 +14,13 @@ import time
 import uuid
 
 from action_msgs.msg import GoalStatus
-from dialogue_graph import ANSWER_TIMEOUT_S, LONG_PROMPT, dialogue_params, wait_future
+from dialogue_graph import (
+    ANSWER_TIMEOUT_S,
+    LONG_PROMPT,
+    SLOW_SPEECH,
+    dialogue_params,
+    wait_future,
+)
 from rclpy.action import ActionClient
 from room import Room
 from std_msgs.msg import String
@@ -28,9 +34,12 @@ from omniflow.ros.qos import EVENTS, LATCHED
 class Conversation:
     """fusion + dialogue + speech in one namespace, with the room as their microphone."""
 
-    def __init__(self, ros_node, start_node, *, fusion_params=None, **room_options):
-        """``fusion_params``: more parameters of the fusion node; ``room_options``: the
-        room's (:class:`room.Room`)."""
+    def __init__(
+        self, ros_node, start_node, *, fusion_params=None, speech_params=None, **room_options
+    ):
+        """``fusion_params``: more parameters of the fusion node; ``speech_params``: the
+        speech node's (a null sink by default); ``room_options``: the room's
+        (:class:`room.Room`)."""
         self.node = ros_node
         ns = self.namespace = f"/t{uuid.uuid4().hex[:6]}"
         self.fusion = start_node(
@@ -42,7 +51,9 @@ class Conversation:
         self.dialogue = start_node(
             "omniflow.nodes.dialogue", "dialogue", dialogue_params(), namespace=ns
         )
-        self.speech = start_node("omniflow.nodes.speech", "speech", {"sink": "null"}, namespace=ns)
+        self.speech = start_node(
+            "omniflow.nodes.speech", "speech", speech_params or {"sink": "null"}, namespace=ns
+        )
         self.fusion_status = TopicRecorder(ros_node, String, f"{ns}/fusion/status", LATCHED)
         self.states = TopicRecorder(ros_node, DialogueState, f"{ns}/dialogue_state", LATCHED)
         self.speech_states = TopicRecorder(ros_node, SpeechState, f"{ns}/speech_state", LATCHED)
@@ -133,7 +144,7 @@ def test_a_spoken_question_gets_a_streamed_spoken_answer(ros_node, start_node):
 
 
 def test_the_user_talking_over_the_robot_stops_it(ros_node, start_node):
-    talk = Conversation(ros_node, start_node)
+    talk = Conversation(ros_node, start_node, speech_params=SLOW_SPEECH)
     try:
         handle = talk.ask(LONG_PROMPT)
         talk.speech_states.wait_until(
