@@ -202,6 +202,46 @@ def test_a_score_comes_before_the_words_waiting_to_be_evaluated(backend):
         h.close()
 
 
+def test_a_score_stops_the_evaluation_ahead_in_progress(backend, harness):
+    warming, stopped = threading.Event(), threading.Event()
+
+    def slow_warm(prompt, cancel=None):  # a long prompt, chunk after chunk until cancelled
+        warming.set()
+        if cancel.wait(TIMEOUT_S):
+            stopped.set()
+        return 0
+
+    backend.warm = slow_warm
+    harness.worker.warm(Prompt("sys", user="what is the"))
+    assert warming.wait(TIMEOUT_S)
+    harness.worker.score(3, Prompt("sys", user="what is this?"))
+    wait_for(lambda: harness.scores, "the score's answer")
+    assert stopped.is_set()
+    assert harness.scores == [(3, 0.5)]  # the score itself ran uncancelled
+
+
+def test_a_score_waiting_behind_a_score_does_not_cancel_it(backend, harness):
+    scoring, release = threading.Event(), threading.Event()
+    seen: list[bool] = []
+    real = backend.turn_end_probability
+
+    def slow_score(prompt, cancel=None):
+        if not scoring.is_set():
+            scoring.set()
+            release.wait(TIMEOUT_S)
+        seen.append(cancel.is_set())
+        return real(prompt, cancel)
+
+    backend.turn_end_probability = slow_score
+    harness.worker.score(1, Prompt("sys", user="what is this?"))
+    assert scoring.wait(TIMEOUT_S)
+    harness.worker.score(2, Prompt("sys", user="and that?"))
+    release.set()
+    wait_for(lambda: len(harness.scores) == 2, "both scores answered")
+    assert seen == [False, False]
+    assert harness.scores == [(1, 0.5), (2, 0.5)]
+
+
 def test_a_failing_score_is_answered_with_none_and_a_warning(backend, harness):
     backend.fail = "out of memory"
     harness.worker.score(4, Prompt("sys", user="what is"))

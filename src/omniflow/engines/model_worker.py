@@ -136,6 +136,7 @@ class ModelWorker:
         self._warm_prompt: Prompt | None = None
         self._score: tuple[int, Prompt] | None = None
         self._warm_cancel = threading.Event()
+        self._warming = False  # run() is evaluating words ahead (under ``_work``)
 
     # ----------------------------------------------------------------- the owner's side
     def load(self, params: Mapping[str, Any]) -> str:
@@ -196,8 +197,12 @@ class ModelWorker:
 
     def score(self, key: int, prompt: Prompt) -> None:
         """Ask how likely ``prompt.user`` ends the user's turn, before any evaluation ahead
-        (replaces an older request); ``on_score(key, probability)`` answers."""
+        (replaces an older request); ``on_score(key, probability)`` answers. An evaluation
+        ahead in progress stops at its next prompt chunk: the turn's end waits for the
+        score, and the score evaluates the same words anyway."""
         with self._work:
+            if self._warming:
+                self._warm_cancel.set()
             self._score = (key, prompt)
             self._work.notify_all()
 
@@ -245,6 +250,7 @@ class ModelWorker:
                     self._warm_prompt = None
                 backend = self.backend
                 self._warm_cancel.clear()
+                self._warming = backend is not None and warm is not None
             if backend is None:
                 continue
             if job is not None:
@@ -253,6 +259,8 @@ class ModelWorker:
                 self._score_turn(backend, *score)
             elif warm is not None:
                 self._warm(backend, warm)
+                with self._work:
+                    self._warming = False
 
     def _score_turn(self, backend: LlmBackend, key: int, prompt: Prompt) -> None:
         try:
