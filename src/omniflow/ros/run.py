@@ -155,9 +155,7 @@ def _spin(
         stop.set()
 
 
-def _stop(
-    node: Node, executor: Executor, spinner: threading.Thread, halt: threading.Event
-) -> None:
+def _stop(node: Node, executor: Executor, spinner: threading.Thread, halt: threading.Event) -> None:
     """Deactivate, stop the executor, release, destroy, shut the context down: in order."""
     if isinstance(node, LifecycleNode) and getattr(node, "state_text", "") == "active":
         node.trigger_deactivate()
