@@ -24,11 +24,17 @@ from omniflow.core.resample import resample_int16
 RATE = 16_000
 LEAD_S = 0.3  # silence before the first word and after the last
 # Parts of the sentence, each said in one breath; a pause of the given ms between parts.
+# Whisper tiny.en, given each first part alone, hears it unfinished ("I want to go to...",
+# "Please give me", "I would like."): what is tested is the wait the policy gives to words
+# heard as unfinished. Fragments it closes as sentences were dropped from the set, since
+# the robot rightly answers the words it heard: "What is the colour of" as "What is the color
+# on?", "Could you bring me" as "Don't you bring me?", "Please put the ... bottle on" as
+# "Please vote on that. I'll go on." (in every voice, run by run).
 HESITATIONS = (
     ("en-us", ("I would like the", "red cup please."), (700,)),
-    ("en-gb", ("Could you bring me", "the green bottle."), (600,)),
-    ("en-us+f3", ("What is the colour of", "the box on the table?"), (800,)),
-    ("en-gb-x-rp", ("Please put the", "bottle on", "the shelf."), (500, 650)),
+    ("en-gb", ("Please give me", "the green bottle."), (600,)),
+    ("en-us+f3", ("I want to go to", "the kitchen now."), (800,)),
+    ("en-gb-x-rp", ("I would like to", "have the red cup."), (500,)),
 )
 FINISHED = (
     ("en-us", "What is this?"),
