@@ -124,9 +124,11 @@ def test_a_streamed_answer_is_spoken_from_its_first_phrase_and_written_to_wav(
     played = talk.played.messages
     stamps = np.array([ns_from_time(c.header.stamp) for c in played])
     assert np.median(np.diff(stamps)) == pytest.approx(20e6, abs=2e6)  # 20 ms blocks
-    assert [c.sequence for c in played] == list(
-        range(played[0].sequence, played[0].sequence + len(played))
-    )
+    # Numbered in order without repeats; played_audio is best effort, so this subscriber
+    # may miss a burst under load (14 of 610 blocks once in CI), not the node.
+    sequences = [c.sequence for c in played]
+    assert sequences == sorted(set(sequences))
+    assert len(played) >= 0.9 * (sequences[-1] - sequences[0] + 1)
     assert {(c.sample_rate, c.channels) for c in played} == {(16000, 1)}
     start_node_output = process.output()
     process.stop()  # finalises the WAV
