@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from omniflow.core.dialogue import StartTurn, TurnEnded
-from omniflow.core.prompt import Turn
+from omniflow.core.prompt import DEFAULT_FORMAT, Turn
 from omniflow.core.timing import NS_PER_MS, NS_PER_S
 from omniflow.core.turn_context import (
     FRAME_MATCH_NS,
@@ -92,6 +92,16 @@ def test_a_turn_prompt_carries_scene_history_and_decoded_frames():
     assert ctx.begin_turn(spoken(2), SYSTEM, T0, vision=True, max_age_ns=MAX_AGE).images == ()
     blind = ctx.begin_turn(spoken(3), SYSTEM, T0, vision=False, max_age_ns=MAX_AGE, decode=decode)
     assert (blind.scene, blind.images) == ("", ())
+
+
+def test_the_words_evaluated_ahead_with_the_scene_are_a_prefix_of_the_turns_prompt():
+    ctx = context_with_speech()
+    ctx.add_association(T0, [(T0, "a red cup")])
+    seen = ctx.seen(5, T0 + NS_PER_S, MAX_AGE)
+    ahead = DEFAULT_FORMAT.render(ctx.warm_prompt(SYSTEM, "what is", seen.text), open_turn=False)
+    turn = ctx.begin_turn(spoken(), SYSTEM, T0 + NS_PER_S, vision=True, max_age_ns=MAX_AGE)
+    assert DEFAULT_FORMAT.render(turn).startswith(ahead)
+    assert "a red cup" in ahead
 
 
 def test_history_keeps_what_was_said_and_only_finished_sentences_of_a_cut_answer():

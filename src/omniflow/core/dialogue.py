@@ -440,6 +440,11 @@ class DialogueManager:
         return self.state != State.LISTENING
 
     @property
+    def utterance(self) -> int:
+        """The utterance the user is saying (its words are evaluated ahead); 0 when none."""
+        return self._utterance
+
+    @property
     def active_turn(self) -> int:
         """The turn being generated or spoken; 0 when none."""
         return self._turn.turn_id if self._turn is not None else 0

@@ -285,9 +285,11 @@ class TurnContext:
     def history(self) -> tuple[Turn, ...]:
         return tuple(self._history)
 
-    def warm_prompt(self, system: str, user_text: str) -> Prompt:
-        """The prompt the user's words so far will end up in (evaluated ahead)."""
-        return Prompt(system=system, history=self.history, user=user_text)
+    def warm_prompt(self, system: str, user_text: str, scene: str = "") -> Prompt:
+        """The prompt the user's words so far will end up in (evaluated ahead); ``scene``:
+        what :meth:`seen` gives the utterance now, so the turn's own prompt, which carries
+        it before the user's line, finds the whole prefix evaluated."""
+        return Prompt(system=system, scene=scene, history=self.history, user=user_text)
 
     def begin_turn(
         self,

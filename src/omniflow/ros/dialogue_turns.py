@@ -94,9 +94,13 @@ class TurnActions:
                     if action.stop_speech:
                         self._out.stop_speech()
                 case Warm():
-                    self.worker.warm(self._user_prompt(action.user_text))
+                    utterance_id = self._manager().utterance
+                    self.worker.warm(self._user_prompt(utterance_id, action.user_text))
                 case ScoreTurn():
-                    self.worker.score(action.utterance_id, self._user_prompt(action.user_text))
+                    self.worker.score(
+                        action.utterance_id,
+                        self._user_prompt(action.utterance_id, action.user_text),
+                    )
                 case AwaitTurnEnd():
                     logger.debug(
                         f"utterance {action.utterance_id}: end-of-turn probability "
@@ -115,9 +119,17 @@ class TurnActions:
                         logger.warning(f"turn {action.turn_id}: {action.reason}")
                     self.converse.turn_ended(action)
 
-    def _user_prompt(self, user_text: str):
-        """The prompt the user's words so far will end up in (to evaluate or score ahead)."""
-        return self._turns.warm_prompt(self._node.params["llm.system_prompt"], user_text)
+    def _user_prompt(self, utterance_id: int, user_text: str):
+        """The prompt the user's words so far will end up in (to evaluate or score ahead),
+        with the scene a speech turn of this utterance would be given now (the turn's prompt
+        carries it before the user's line: without it there, the turn evaluated the scene,
+        the user's words and all after it again, ~200 ms before its first token)."""
+        params = self._node.params
+        scene = ""
+        if params["vision.enabled"]:
+            max_age_ns = params["vision.max_age_ms"] * NS_PER_MS
+            scene = self._turns.seen(utterance_id, self._node.now_ns(), max_age_ns).text
+        return self._turns.warm_prompt(params["llm.system_prompt"], user_text, scene)
 
     def _start_turn(self, start: StartTurn) -> None:
         params = self._node.params
