@@ -22,9 +22,9 @@ SPEECH = "omniflow.nodes.speech"
 START_TIMEOUT_S = 90.0
 ANSWER_TIMEOUT_S = 120.0
 LONG_PROMPT = "Tell me a long story about a robot who learns to cook, with many details."
-# The speech node's voice for tests that act while the robot is still talking (a barge-in, a
-# kill mid-answer): the slowest espeak-ng rate, so whatever the model answers to LONG_PROMPT
-# (it has ended after a few words) is spoken for seconds, not the ~1 s a short answer takes.
+# The speech node's voice for tests where the user talks over the robot: the slowest
+# espeak-ng rate, so whatever the model answers to LONG_PROMPT (it has ended after a few
+# words) is spoken for seconds, not the ~1 s a short answer takes.
 SLOW_SPEECH = {"sink": "null", "words_per_minute": 80}
 
 
@@ -43,24 +43,14 @@ def dialogue_params(**overrides) -> dict[str, object]:
 class Graph:
     """The dialogue and speech nodes in one namespace, and this test's view of them."""
 
-    def __init__(
-        self,
-        ros_node,
-        start_node,
-        *,
-        speech: bool = True,
-        speech_params: dict[str, object] | None = None,
-        **params,
-    ):
+    def __init__(self, ros_node, start_node, *, speech: bool = True, **params):
         self.node = ros_node
         self.namespace = f"/t{uuid.uuid4().hex[:6]}"
         self.dialogue = start_node(
             DIALOGUE, "dialogue", dialogue_params(**params), namespace=self.namespace
         )
         self.speech = (
-            start_node(
-                SPEECH, "speech", speech_params or {"sink": "null"}, namespace=self.namespace
-            )
+            start_node(SPEECH, "speech", {"sink": "null"}, namespace=self.namespace)
             if speech
             else None
         )

@@ -15,7 +15,6 @@ from action_msgs.msg import GoalStatus
 from dialogue_graph import (
     ANSWER_TIMEOUT_S,
     LONG_PROMPT,
-    SLOW_SPEECH,
     SPEECH,
     START_TIMEOUT_S,
     Graph,
@@ -28,9 +27,9 @@ from omniflow.ros.monitor import TopicRecorder
 from omniflow.ros.qos import LATCHED
 
 
-def start_speech(graph: Graph, start_node, params: dict[str, object] | None = None):
+def start_speech(graph: Graph, start_node):
     """A speech node in the graph's namespace, and the record of its ``~/status``."""
-    process = start_node(SPEECH, "speech", params or {"sink": "null"}, namespace=graph.namespace)
+    process = start_node(SPEECH, "speech", {"sink": "null"}, namespace=graph.namespace)
     status = TopicRecorder(graph.node, String, graph.topic("speech/status"), LATCHED)
     return process, status
 
@@ -147,13 +146,7 @@ def test_an_answer_nobody_played_in_time_is_reported_and_never_spoken_late(ros_n
 def test_a_speech_node_killed_mid_answer_ends_the_turn_and_its_successor_speaks_the_next(
     ros_node, start_node
 ):
-    graph = Graph(
-        ros_node,
-        start_node,
-        speech_params=SLOW_SPEECH,
-        speech_start_timeout_s=10.0,
-        **{"llm.max_tokens": 40},
-    )
+    graph = Graph(ros_node, start_node, speech_start_timeout_s=10.0, **{"llm.max_tokens": 40})
     graph.wait_active()
     handle, turn_id = goal_turn(graph, LONG_PROMPT)
     wait_speaking(graph, turn_id)
