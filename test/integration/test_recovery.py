@@ -38,6 +38,7 @@ from omniflow.action import Converse
 from omniflow.graph import RESPAWN_DELAY_S
 from omniflow.launcher import NodeSpec, Supervisor
 from omniflow.msg import DialogueState, ResponseChunk, SpeechState
+from omniflow.ros.conversions import ns_from_time
 from omniflow.ros.monitor import TopicRecorder, spinning, wait_for_publishers
 from omniflow.ros.qos import EVENTS, LATCHED
 
@@ -179,11 +180,22 @@ class Robot:
         return answered, spoken
 
     def outputs(self) -> str:
+        """What the supervisor reported, each node's output, and the last dialogue states."""
+        states = "\n".join(
+            f"  {ns_from_time(m.header.stamp) / 1e9:.3f} {m.state} turn {m.turn_id}: {m.reason}"
+            for m in self.states.messages[-12:]
+        )
         return (
             "\n".join(self.lines[-12:])
             + "\n"
             + "\n".join(
                 f"--- {name}\n{p.output()[-1200:]}" for name, p in self.supervisor.processes.items()
+            )
+            + f"\n--- dialogue_state\n{states}"
+            + "".join(
+                f"\n--- {name}/status\n{recorder.messages[-1].data}"
+                for name, recorder in self.status.items()
+                if recorder.messages
             )
         )
 
