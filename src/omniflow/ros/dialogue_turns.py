@@ -123,7 +123,8 @@ class TurnActions:
         """The prompt the user's words so far will end up in (to evaluate or score ahead),
         with the scene a speech turn of this utterance would be given now (the turn's prompt
         carries it before the user's line: without it there, the turn evaluated the scene,
-        the user's words and all after it again, ~200 ms before its first token)."""
+        the user's words and all after them again before its first token: 25 of the
+        embedded model's 68 prompt tokens, 139-151 ms to the first token against 103-113)."""
         params = self._node.params
         scene = ""
         if params["vision.enabled"]:
