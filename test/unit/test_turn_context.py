@@ -97,8 +97,8 @@ def test_a_turn_prompt_carries_scene_history_and_decoded_frames():
 def test_the_words_evaluated_ahead_with_the_scene_are_a_prefix_of_the_turns_prompt():
     ctx = context_with_speech()
     ctx.add_association(T0, [(T0, "a red cup")])
-    seen = ctx.seen(5, T0 + NS_PER_S, MAX_AGE)
-    ahead = DEFAULT_FORMAT.render(ctx.warm_prompt(SYSTEM, "what is", seen.text), open_turn=False)
+    warm = ctx.warm_prompt(SYSTEM, "what is", 5, T0 + NS_PER_S, vision=True, max_age_ns=MAX_AGE)
+    ahead = DEFAULT_FORMAT.render(warm, open_turn=False)
     turn = ctx.begin_turn(spoken(), SYSTEM, T0 + NS_PER_S, vision=True, max_age_ns=MAX_AGE)
     assert DEFAULT_FORMAT.render(turn).startswith(ahead)
     assert "a red cup" in ahead
@@ -121,7 +121,9 @@ def test_history_keeps_what_was_said_and_only_finished_sentences_of_a_cut_answer
     )
     prompt = ctx.begin_turn(spoken(4, "bye"), SYSTEM, T0, vision=False, max_age_ns=0)
     assert prompt.history == ctx.history
-    assert ctx.warm_prompt(SYSTEM, "by").history == ctx.history
+    assert ctx.warm_prompt(SYSTEM, "by", 0, T0, vision=False, max_age_ns=MAX_AGE).history == (
+        ctx.history
+    )
 
 
 def test_history_is_trimmed_to_max_turns_oldest_first():

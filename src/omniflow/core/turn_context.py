@@ -285,10 +285,20 @@ class TurnContext:
     def history(self) -> tuple[Turn, ...]:
         return tuple(self._history)
 
-    def warm_prompt(self, system: str, user_text: str, scene: str = "") -> Prompt:
-        """The prompt the user's words so far will end up in (evaluated ahead); ``scene``:
-        what :meth:`seen` gives the utterance now, so the turn's own prompt, which carries
-        it before the user's line, finds the whole prefix evaluated."""
+    def warm_prompt(
+        self,
+        system: str,
+        user_text: str,
+        utterance_id: int,
+        now_ns: int,
+        *,
+        vision: bool,
+        max_age_ns: int,
+    ) -> Prompt:
+        """The prompt the user's words so far will end up in (evaluated ahead): with the
+        scene :meth:`begin_turn` would give a turn of this utterance now, so the turn's own
+        prompt, which carries it before the user's line, finds the whole prefix evaluated."""
+        scene = self.seen(utterance_id, now_ns, max_age_ns).text if vision else ""
         return Prompt(system=system, scene=scene, history=self.history, user=user_text)
 
     def begin_turn(

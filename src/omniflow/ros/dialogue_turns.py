@@ -126,11 +126,14 @@ class TurnActions:
         the user's words and all after them again before its first token: 25 of the
         embedded model's 68 prompt tokens, 139-151 ms to the first token against 103-113)."""
         params = self._node.params
-        scene = ""
-        if params["vision.enabled"]:
-            max_age_ns = params["vision.max_age_ms"] * NS_PER_MS
-            scene = self._turns.seen(utterance_id, self._node.now_ns(), max_age_ns).text
-        return self._turns.warm_prompt(params["llm.system_prompt"], user_text, scene)
+        return self._turns.warm_prompt(
+            params["llm.system_prompt"],
+            user_text,
+            utterance_id,
+            self._node.now_ns(),
+            vision=params["vision.enabled"],
+            max_age_ns=params["vision.max_age_ms"] * NS_PER_MS,
+        )
 
     def _start_turn(self, start: StartTurn) -> None:
         params = self._node.params
