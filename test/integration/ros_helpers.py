@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
 from lifecycle_msgs.msg import Transition
 from lifecycle_msgs.srv import ChangeState, GetState
@@ -43,12 +44,40 @@ def _result(future, what: str, timeout: float = TIMEOUT_S):
     return future.result()
 
 
-def call(node: Node, srv_type, name: str, request, timeout: float = TIMEOUT_S):
-    """Call a service and return its response."""
+# An answer to a request sent the moment the service shows in the graph can be lost: the
+# server's response writer may not have matched the client's response reader yet (the race
+# ros2/rmw_cyclonedds#187 describes). Idempotent requests are sent again at this period until
+# one is answered or the timeout ends.
+_RESEND_S = 2.0
+
+
+def _resent(send, what: str, timeout: float = TIMEOUT_S):
+    """The result of the first answered of the futures ``send()`` returns, called again every
+    :data:`_RESEND_S` until one is answered."""
+    done = threading.Event()
+    answered = []
+
+    def on_done(future):
+        answered.append(future)
+        done.set()
+
+    deadline = time.monotonic() + timeout
+    while (left := deadline - time.monotonic()) > 0:
+        send().add_done_callback(on_done)
+        if done.wait(min(_RESEND_S, left)):
+            return answered[0].result()
+    raise TimeoutError(f"{what} did not answer within {timeout} s")
+
+
+def call(node: Node, srv_type, name: str, request, timeout: float = TIMEOUT_S, *, resend=False):
+    """Call a service and return its response; ``resend``: the request is idempotent and is
+    sent again until one is answered."""
     client = node.create_client(srv_type, name)
     try:
         if not client.wait_for_service(timeout_sec=timeout):
             raise TimeoutError(f"service {name} not available within {timeout} s")
+        if resend:
+            return _resent(lambda: client.call_async(request), f"service {name}", timeout)
         return _result(client.call_async(request), f"service {name}", timeout)
     finally:
         node.destroy_client(client)
@@ -63,7 +92,7 @@ def change_state(node: Node, process: NodeProcess, transition_id: int) -> bool:
 def lifecycle_state(node: Node, process: NodeProcess | str, timeout: float = TIMEOUT_S) -> int:
     """The lifecycle state id (lifecycle_msgs/State) of a node process (or full node name)."""
     name = f"{full_name(process)}/get_state"
-    return call(node, GetState, name, GetState.Request(), timeout).current_state.id
+    return call(node, GetState, name, GetState.Request(), timeout, resend=True).current_state.id
 
 
 def _parameter_client(node: Node, process: NodeProcess | str) -> AsyncParameterClient:
@@ -76,14 +105,14 @@ def _parameter_client(node: Node, process: NodeProcess | str) -> AsyncParameterC
 def set_parameters(node: Node, process: NodeProcess, **values) -> list[SetParametersResult]:
     """Set parameters of a node process; one result per parameter."""
     client = _parameter_client(node, process)
-    future = client.set_parameters([Parameter(k, value=v) for k, v in values.items()])
-    return _result(future, "set_parameters").results
+    parameters = [Parameter(k, value=v) for k, v in values.items()]
+    return _resent(lambda: client.set_parameters(parameters), "set_parameters").results
 
 
 def get_parameter(node: Node, process: NodeProcess | str, name: str) -> object:
     """The current value of one parameter of a node process (or full node name)."""
     client = _parameter_client(node, process)
-    value = _result(client.get_parameters([name]), "get_parameters").values[0]
+    value = _resent(lambda: client.get_parameters([name]), "get_parameters").values[0]
     return Parameter.from_parameter_msg(ParameterMsg(name=name, value=value)).value
 
 

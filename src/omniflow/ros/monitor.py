@@ -98,13 +98,23 @@ def wait_for_publishers(node: Node, topic: str, count: int, timeout: float) -> N
 
 @contextmanager
 def spinning(node: Node) -> Iterator[SingleThreadedExecutor]:
-    """Spin ``node`` on a background thread for the duration of the block."""
+    """Spin ``node`` on a background thread for the duration of the block.
+
+    The thread is stopped and joined before the executor shuts down: rclpy 7.1's
+    ``Executor.shutdown`` destroys the guard condition a spinning thread waits on."""
     executor = SingleThreadedExecutor(context=node.context)
     executor.add_node(node)
-    thread = threading.Thread(target=executor.spin, name=f"{node.get_name()}-spin", daemon=True)
+    halt = threading.Event()
+
+    def spin() -> None:
+        while not halt.is_set() and executor.context.ok():
+            executor.spin_once(timeout_sec=0.1)
+
+    thread = threading.Thread(target=spin, name=f"{node.get_name()}-spin", daemon=True)
     thread.start()
     try:
         yield executor
     finally:
-        executor.shutdown(timeout_sec=5.0)
+        halt.set()
         thread.join(5.0)
+        executor.shutdown(timeout_sec=5.0)
