@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     from omniflow.msg import AudioChunk, DialogueState, ResponseChunk, SpeechState, VoiceActivity
     from omniflow.ros.conversions import ns_from_time
     from omniflow.ros.monitor import TopicRecorder, spinning, wait_for_publishers
-    from omniflow.ros.qos import EVENTS, LATCHED, SENSOR_DATA
+    from omniflow.ros.qos import EVENTS, LATCHED, SENSOR_DATA, STATE_CHANGES
 
     ns = f"/duplex{uuid.uuid4().hex[:6]}"
     processes = [
@@ -103,9 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     node = rclpy.create_node("full_duplex_bench")
     keep = 200_000
     activity = TopicRecorder(node, VoiceActivity, f"{ns}/voice_activity", EVENTS, keep=keep)
-    states = TopicRecorder(node, DialogueState, f"{ns}/dialogue_state", LATCHED, keep=keep)
+    states = TopicRecorder(node, DialogueState, f"{ns}/dialogue_state", STATE_CHANGES, keep=keep)
     chunks = TopicRecorder(node, ResponseChunk, f"{ns}/response", EVENTS, keep=keep)
-    speech = TopicRecorder(node, SpeechState, f"{ns}/speech_state", LATCHED, keep=keep)
+    speech = TopicRecorder(node, SpeechState, f"{ns}/speech_state", STATE_CHANGES, keep=keep)
     played = TopicRecorder(node, AudioChunk, f"{ns}/played_audio", SENSOR_DATA, keep=keep)
     fusion_status = TopicRecorder(node, String, f"{ns}/fusion/status", LATCHED)
     client = ActionClient(node, Converse, f"{ns}/converse")

@@ -121,7 +121,7 @@ def bench_node(turns: int) -> dict[str, dict]:
     from omniflow.msg import AudioChunk, DialogueState, ResponseChunk, SpeechState
     from omniflow.ros.conversions import header, ns_from_time
     from omniflow.ros.monitor import TopicRecorder, spinning, wait_for_publishers
-    from omniflow.ros.qos import LATCHED, RESPONSE, SENSOR_DATA
+    from omniflow.ros.qos import LATCHED, RESPONSE, SENSOR_DATA, STATE_CHANGES
 
     ns = f"/bench{os.getpid()}"
     process = NodeProcess(
@@ -132,7 +132,7 @@ def bench_node(turns: int) -> dict[str, dict]:
     node = rclpy.create_node("speech_bench", context=context)
     response = node.create_publisher(ResponseChunk, f"{ns}/response", RESPONSE)
     dialogue = node.create_publisher(DialogueState, f"{ns}/dialogue_state", LATCHED)
-    states = TopicRecorder(node, SpeechState, f"{ns}/speech_state", LATCHED)
+    states = TopicRecorder(node, SpeechState, f"{ns}/speech_state", STATE_CHANGES)
     played = TopicRecorder(node, AudioChunk, f"{ns}/played_audio", SENSOR_DATA)
     turn = 0
 

@@ -13,7 +13,7 @@ from omniflow.action import Converse
 from omniflow.msg import DialogueState, ResponseChunk, SpeechState, Transcript, VoiceActivity
 from omniflow.ros import conversions
 from omniflow.ros.monitor import TopicRecorder
-from omniflow.ros.qos import EVENTS, LATCHED
+from omniflow.ros.qos import EVENTS, LATCHED, STATE_CHANGES
 from ros_helpers import lifecycle_state
 
 DIALOGUE = "omniflow.nodes.dialogue"
@@ -54,11 +54,13 @@ class Graph:
             if speech
             else None
         )
-        self.states = TopicRecorder(ros_node, DialogueState, self.topic("dialogue_state"), LATCHED)
+        self.states = TopicRecorder(
+            ros_node, DialogueState, self.topic("dialogue_state"), STATE_CHANGES
+        )
         self.chunks = TopicRecorder(ros_node, ResponseChunk, self.topic("response"), EVENTS)
         self.said = TopicRecorder(ros_node, Transcript, self.topic("user_said"), EVENTS)
         self.speech_states = TopicRecorder(
-            ros_node, SpeechState, self.topic("speech_state"), LATCHED
+            ros_node, SpeechState, self.topic("speech_state"), STATE_CHANGES
         )
         self.status = TopicRecorder(ros_node, String, self.topic("dialogue/status"), LATCHED)
         self.voice = ros_node.create_publisher(VoiceActivity, self.topic("voice_activity"), EVENTS)

@@ -28,7 +28,7 @@ from std_msgs.msg import String
 from omniflow.action import Converse
 from omniflow.msg import DialogueState, ResponseChunk, SpeechState, Transcript, VoiceActivity
 from omniflow.ros.monitor import TopicRecorder, wait_for_publishers
-from omniflow.ros.qos import EVENTS, LATCHED
+from omniflow.ros.qos import EVENTS, LATCHED, STATE_CHANGES
 
 
 class Conversation:
@@ -55,8 +55,10 @@ class Conversation:
             "omniflow.nodes.speech", "speech", speech_params or {"sink": "null"}, namespace=ns
         )
         self.fusion_status = TopicRecorder(ros_node, String, f"{ns}/fusion/status", LATCHED)
-        self.states = TopicRecorder(ros_node, DialogueState, f"{ns}/dialogue_state", LATCHED)
-        self.speech_states = TopicRecorder(ros_node, SpeechState, f"{ns}/speech_state", LATCHED)
+        self.states = TopicRecorder(ros_node, DialogueState, f"{ns}/dialogue_state", STATE_CHANGES)
+        self.speech_states = TopicRecorder(
+            ros_node, SpeechState, f"{ns}/speech_state", STATE_CHANGES
+        )
         self.chunks = TopicRecorder(ros_node, ResponseChunk, f"{ns}/response", EVENTS)
         self.said = TopicRecorder(ros_node, Transcript, f"{ns}/user_said", EVENTS)
         self.activity = TopicRecorder(ros_node, VoiceActivity, f"{ns}/voice_activity", EVENTS)

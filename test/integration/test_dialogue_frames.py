@@ -20,7 +20,7 @@ from test_dialogue_remote import decoded_colours, frame, server  # noqa: F401 (a
 from omniflow.msg import Association, DialogueState, Scene, TokenRef, Transcript, VoiceActivity
 from omniflow.ros import conversions
 from omniflow.ros.monitor import TopicRecorder
-from omniflow.ros.qos import EVENTS, LATCHED, SENSOR_DATA
+from omniflow.ros.qos import EVENTS, SENSOR_DATA, STATE_CHANGES
 
 _MS = 1_000_000
 BLUE, RED, GREY = (0, 0, 250), (250, 0, 0), (120, 120, 120)
@@ -63,7 +63,7 @@ def test_the_frame_chosen_by_the_words_reaches_the_model_seconds_later(
         },
         namespace=ns,
     )
-    states = TopicRecorder(ros_node, DialogueState, f"{ns}/dialogue_state", LATCHED)
+    states = TopicRecorder(ros_node, DialogueState, f"{ns}/dialogue_state", STATE_CHANGES)
     states.wait_until(
         lambda ms: any(m.reason == "listening" for m in ms), START_TIMEOUT_S, "dialogue active"
     )

@@ -31,7 +31,7 @@ from omniflow.action import Converse
 from omniflow.msg import Association, DialogueState, TokenRef, Transcript, VoiceActivity
 from omniflow.ros import conversions
 from omniflow.ros.monitor import TopicRecorder
-from omniflow.ros.qos import EVENTS, LATCHED, SENSOR_DATA
+from omniflow.ros.qos import EVENTS, SENSOR_DATA, STATE_CHANGES
 from ros_helpers import get_parameter, set_parameters
 
 _MS = 1_000_000
@@ -129,7 +129,7 @@ def start_conversing(ros_node, start_node, server):
     )
     client = ActionClient(ros_node, Converse, f"{ns}/converse")
     assert client.wait_for_server(timeout_sec=START_TIMEOUT_S), dialogue.output()
-    states = TopicRecorder(ros_node, DialogueState, f"{ns}/dialogue_state", LATCHED)
+    states = TopicRecorder(ros_node, DialogueState, f"{ns}/dialogue_state", STATE_CHANGES)
     states.wait_until(
         lambda ms: any(m.reason == "listening" for m in ms), START_TIMEOUT_S, "dialogue active"
     )
@@ -150,7 +150,7 @@ def test_the_chosen_frame_and_its_words_reach_the_model(ros_node, start_node, se
         },
         namespace=ns,
     )
-    states = TopicRecorder(ros_node, DialogueState, f"{ns}/dialogue_state", LATCHED)
+    states = TopicRecorder(ros_node, DialogueState, f"{ns}/dialogue_state", STATE_CHANGES)
     states.wait_until(
         lambda ms: any(m.reason == "listening" for m in ms), START_TIMEOUT_S, "dialogue active"
     )

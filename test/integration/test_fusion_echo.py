@@ -15,7 +15,7 @@ from std_msgs.msg import String
 from omniflow.msg import ResponseChunk, SpeechState, Transcript, VoiceActivity
 from omniflow.ros.conversions import header, ns_from_time
 from omniflow.ros.monitor import TopicRecorder, wait_for_publishers
-from omniflow.ros.qos import EVENTS, LATCHED, RESPONSE
+from omniflow.ros.qos import EVENTS, LATCHED, RESPONSE, STATE_CHANGES
 
 ROBOT_TEXT = (
     "The red box on the table is a parcel for the kitchen. I can carry it there "
@@ -32,7 +32,7 @@ def start_graph(ros_node, start_node):
     status = TopicRecorder(ros_node, String, f"{namespace}/fusion/status", LATCHED)
     activity = TopicRecorder(ros_node, VoiceActivity, f"{namespace}/voice_activity", EVENTS)
     transcripts = TopicRecorder(ros_node, Transcript, f"{namespace}/transcript", EVENTS)
-    states = TopicRecorder(ros_node, SpeechState, f"{namespace}/speech_state", LATCHED)
+    states = TopicRecorder(ros_node, SpeechState, f"{namespace}/speech_state", STATE_CHANGES)
     response = ros_node.create_publisher(ResponseChunk, f"{namespace}/response", RESPONSE)
     room = Room(ros_node, namespace)
     status.wait_until(

@@ -22,7 +22,7 @@ from std_msgs.msg import String
 
 from omniflow.msg import DialogueState, PowerState, VoiceActivity
 from omniflow.ros.monitor import TopicRecorder, spinning, wait_for_publishers
-from omniflow.ros.qos import EVENTS, LATCHED
+from omniflow.ros.qos import EVENTS, LATCHED, STATE_CHANGES
 from ros_helpers import change_state, get_parameter, lifecycle_state, set_parameters, topic
 
 MODULE = "omniflow.nodes.power_manager"
@@ -90,7 +90,7 @@ def dialogue_publisher(node, namespace: str):
 
 
 def power_recorder(node, namespace: str) -> TopicRecorder:
-    return TopicRecorder(node, PowerState, f"{namespace}/power_state", LATCHED)
+    return TopicRecorder(node, PowerState, f"{namespace}/power_state", STATE_CHANGES)
 
 
 @pytest.fixture

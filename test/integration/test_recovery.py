@@ -40,7 +40,7 @@ from omniflow.launcher import NodeSpec, Supervisor
 from omniflow.msg import DialogueState, ResponseChunk, SpeechState
 from omniflow.ros.conversions import ns_from_time
 from omniflow.ros.monitor import TopicRecorder, spinning, wait_for_publishers
-from omniflow.ros.qos import EVENTS, LATCHED
+from omniflow.ros.qos import EVENTS, LATCHED, STATE_CHANGES
 
 # Generous bounds for a loaded 2-core machine; the figures printed are what matters.
 START_TIMEOUT_S = 120.0
@@ -93,8 +93,8 @@ class Robot:
         self._stop = threading.Event()
         self._polling = threading.Thread(target=self._poll, daemon=True)
         self._polling.start()
-        self.states = TopicRecorder(node, DialogueState, f"{ns}/dialogue_state", LATCHED)
-        self.speech_states = TopicRecorder(node, SpeechState, f"{ns}/speech_state", LATCHED)
+        self.states = TopicRecorder(node, DialogueState, f"{ns}/dialogue_state", STATE_CHANGES)
+        self.speech_states = TopicRecorder(node, SpeechState, f"{ns}/speech_state", STATE_CHANGES)
         self.chunks = TopicRecorder(node, ResponseChunk, f"{ns}/response", EVENTS)
         self.status = {
             s.name: TopicRecorder(node, String, f"{ns}/{s.name}/status", LATCHED) for s in specs

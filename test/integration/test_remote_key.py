@@ -21,7 +21,7 @@ from std_msgs.msg import String
 from omniflow.action import Converse
 from omniflow.msg import DialogueState
 from omniflow.ros.monitor import TopicRecorder
-from omniflow.ros.qos import LATCHED
+from omniflow.ros.qos import LATCHED, STATE_CHANGES
 from ros_helpers import get_parameter
 
 KEY = f"sk-omniflow-{uuid.uuid4().hex}"
@@ -115,7 +115,7 @@ def start_dialogue(ros_node, start_node, url: str, **params):
     )
     client = ActionClient(ros_node, Converse, f"{ns}/converse")
     assert client.wait_for_server(timeout_sec=START_TIMEOUT_S), dialogue.output()
-    states = TopicRecorder(ros_node, DialogueState, f"{ns}/dialogue_state", LATCHED)
+    states = TopicRecorder(ros_node, DialogueState, f"{ns}/dialogue_state", STATE_CHANGES)
     states.wait_until(
         lambda ms: any(m.reason == "listening" for m in ms), START_TIMEOUT_S, "dialogue active"
     )

@@ -13,7 +13,7 @@ from std_srvs.srv import Trigger
 from omniflow.msg import AudioChunk, DialogueState, ResponseChunk, SpeechState
 from omniflow.ros.conversions import audio_samples, header, ns_from_time
 from omniflow.ros.monitor import TopicRecorder, wait_for_publishers
-from omniflow.ros.qos import LATCHED, RESPONSE, SENSOR_DATA
+from omniflow.ros.qos import LATCHED, RESPONSE, SENSOR_DATA, STATE_CHANGES
 from ros_helpers import call, topic
 
 MODULE = "omniflow.nodes.speech"
@@ -33,7 +33,9 @@ class Conversation:
         self.dialogue = node.create_publisher(
             DialogueState, topic(process, "dialogue_state"), LATCHED
         )
-        self.states = TopicRecorder(node, SpeechState, topic(process, "speech_state"), LATCHED)
+        self.states = TopicRecorder(
+            node, SpeechState, topic(process, "speech_state"), STATE_CHANGES
+        )
         self.played = TopicRecorder(node, AudioChunk, topic(process, "played_audio"), SENSOR_DATA)
         deadline = time.monotonic() + 15
         while self.response.get_subscription_count() < 1:

@@ -26,7 +26,7 @@ from omniflow.graph import PROFILES
 from omniflow.launcher import NodeProcess, NodeSpec
 from omniflow.msg import DialogueState, SpeechState, Transcript
 from omniflow.ros.monitor import TopicRecorder, spinning
-from omniflow.ros.qos import EVENTS, LATCHED
+from omniflow.ros.qos import EVENTS, STATE_CHANGES
 
 OUTAGE_S = 5.0
 ROBOT_NODES = {"fusion": {"vision.enabled": False}, "speech": SLOW_SPEECH}
@@ -72,8 +72,8 @@ def main(namespace: str, veth: str) -> dict[str, object]:
     result: dict[str, object] = {}
     try:
         with spinning(node):
-            states = TopicRecorder(node, DialogueState, f"{ns}/dialogue_state", LATCHED)
-            speech = TopicRecorder(node, SpeechState, f"{ns}/speech_state", LATCHED)
+            states = TopicRecorder(node, DialogueState, f"{ns}/dialogue_state", STATE_CHANGES)
+            speech = TopicRecorder(node, SpeechState, f"{ns}/speech_state", STATE_CHANGES)
             transcripts = Arrivals(node, Transcript, f"{ns}/transcript", EVENTS)
             said = Arrivals(node, Transcript, f"{ns}/user_said", EVENTS)
             client = ActionClient(node, Converse, f"{ns}/converse")

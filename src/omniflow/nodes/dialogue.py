@@ -28,7 +28,7 @@ from omniflow.ros.dialogue_io import SPEECH_NODE, ContextInputs, DialogueOutputs
 from omniflow.ros.dialogue_turns import TurnActions
 from omniflow.ros.lifecycle import AUTOSTART, CONFIGURE_ERRORS, Diagnosis, LifecycleBase
 from omniflow.ros.liveliness import LivelinessWatch
-from omniflow.ros.qos import EVENTS, LATCHED
+from omniflow.ros.qos import EVENTS, STATE_CHANGES
 from omniflow.ros.run import run_node
 
 PARAMS = (
@@ -119,7 +119,7 @@ class DialogueNode(LifecycleBase):
         for msg_type, topic, callback, qos in (
             (VoiceActivity, "voice_activity", self._on_voice, EVENTS),
             (Transcript, "transcript", self._on_transcript, EVENTS),
-            (SpeechState, "speech_state", self._on_speech, LATCHED),
+            (SpeechState, "speech_state", self._on_speech, STATE_CHANGES),
         ):
             self.create_subscription(msg_type, topic, callback, qos, callback_group=inputs)
         self._context_in.subscribe_power()

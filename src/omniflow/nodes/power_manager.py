@@ -23,7 +23,7 @@ from omniflow.errors import ConfigError
 from omniflow.msg import DialogueState, PowerState, VoiceActivity
 from omniflow.ros.conversions import header
 from omniflow.ros.lifecycle import AUTOSTART, Diagnosis, LifecycleBase
-from omniflow.ros.qos import LATCHED, SENSOR_DATA
+from omniflow.ros.qos import LATCHED, SENSOR_DATA, STATE_CHANGES
 from omniflow.ros.remote import RemoteLifecycle, RemoteParameter, RemoteSetting
 from omniflow.ros.run import run_node
 
@@ -373,7 +373,7 @@ class PowerManagerNode(LifecycleBase):
         self._remotes: dict[str, RemoteSetting] = {}
         self._timer = None
         self._state_pub = self.create_publisher(PowerState, "power_state", LATCHED)
-        self.create_subscription(DialogueState, "dialogue_state", self._on_dialogue, LATCHED)
+        self.create_subscription(DialogueState, "dialogue_state", self._on_dialogue, STATE_CHANGES)
         # Best effort matches a voice-activity publisher of either reliability.
         self.create_subscription(VoiceActivity, "voice_activity", self._on_voice, SENSOR_DATA)
 

@@ -22,7 +22,7 @@ from omniflow.msg import AudioChunk, DialogueState, ResponseChunk, SpeechState
 from omniflow.ros import conversions
 from omniflow.ros.device_node import DeviceNode
 from omniflow.ros.liveliness import LivelinessWatch
-from omniflow.ros.qos import LATCHED, LEASED_STATE, RESPONSE, SENSOR_DATA
+from omniflow.ros.qos import LEASED_STATE, RESPONSE, SENSOR_DATA, STATE_CHANGES
 from omniflow.ros.run import run_node
 
 PARAMS = (
@@ -238,7 +238,7 @@ class SpeechNode(DeviceNode):
         self._played_sequence = 0
         self._state_pub = self._audio_pub = None
         self.create_subscription(ResponseChunk, "response", self._on_response, RESPONSE)
-        self.create_subscription(DialogueState, "dialogue_state", self._on_dialogue, LATCHED)
+        self.create_subscription(DialogueState, "dialogue_state", self._on_dialogue, STATE_CHANGES)
         self._dialogue = LivelinessWatch(
             self, DialogueState, "dialogue_state", self._on_dialogue_alive
         )

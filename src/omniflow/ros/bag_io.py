@@ -34,7 +34,9 @@ _QOS = {
     EVENTS: qos_profiles.EVENTS,
     KEPT_EVENTS: qos_profiles.RESPONSE,
 }
-# Recorded sensor streams keep a deeper queue than a live consumer: the writer may pause.
+# Recorded topics keep a deeper queue than a live consumer: the writer may pause, and a burst
+# of state changes (USER_SPEAKING, THINKING, SPEAKING within a few ms) is every one recorded,
+# not folded into the last as a depth-1 latched reader does.
 _RECORD_DEPTH = 100
 # How often the recorder looks for topics that appeared since it started (s).
 _DISCOVERY_PERIOD_S = 0.5
@@ -45,7 +47,7 @@ def qos_for(relative_name: str, *, recording: bool = False) -> QoSProfile:
     name = graph_topic_name(relative_name)
     kind = next((spec.qos for spec in TOPICS if spec.name == name), EVENTS)
     profile = _QOS[kind]
-    if recording and kind != LATCHED:
+    if recording:
         profile = QoSProfile(
             history=profile.history,
             depth=max(profile.depth, _RECORD_DEPTH),

@@ -24,7 +24,7 @@ from omniflow.msg import (
     Transcript,
 )
 from omniflow.ros import conversions
-from omniflow.ros.qos import EVENTS, LATCHED, LEASED_STATE, RESPONSE, SENSOR_DATA
+from omniflow.ros.qos import EVENTS, LEASED_STATE, RESPONSE, SENSOR_DATA, STATE_CHANGES
 
 __all__ = [
     "SPEECH_NODE",
@@ -110,7 +110,7 @@ class ContextInputs:
         self._subscribe(Scene, "scene", self._on_scene, EVENTS)
 
     def subscribe_power(self) -> None:
-        self._subscribe(PowerState, "power_state", self._on_power, LATCHED)
+        self._subscribe(PowerState, "power_state", self._on_power, STATE_CHANGES)
 
     def take_frames(self, on: bool) -> None:
         """Subscribe to the frames (each costs a copy: only for a model that sees) or stop."""

@@ -7,7 +7,8 @@
   late subscriber gets the current state at once; the dialogue and speech nodes' states also
   assert their liveliness (``LEASED_STATE``), so a node that depends on one of them notices
   within ``LIVELINESS_WATCH`` that it is gone (killed, or cut off by the network), though its
-  state rarely changes (:mod:`omniflow.ros.liveliness`);
+  state rarely changes (:mod:`omniflow.ros.liveliness`); their readers (``STATE_CHANGES``)
+  queue up to 50 changes, so a burst (INTERRUPTED then LISTENING) is seen change by change;
 - events and results (transcripts, associations): reliable, keep last 50;
 - the streamed answer (``RESPONSE``): the same, and its publisher keeps the last 50 chunks
   for readers that join late (transient local), so a speech node that starts, or restarts,
@@ -32,6 +33,17 @@ SENSOR_DATA = qos_profile_sensor_data
 LATCHED = QoSProfile(
     history=HistoryPolicy.KEEP_LAST,
     depth=1,
+    reliability=ReliabilityPolicy.RELIABLE,
+    durability=DurabilityPolicy.TRANSIENT_LOCAL,
+)
+
+# Requested by a reader that must see every state change, not only the current state (tests,
+# benchmarks, a behaviour tree waiting for THINKING): matches the latched publishers, and its
+# queue keeps a burst of changes that arrive between two turns of its executor (USER_SPEAKING,
+# THINKING and SPEAKING can come within a few ms), which a depth-1 reader folds into the last.
+STATE_CHANGES = QoSProfile(
+    history=HistoryPolicy.KEEP_LAST,
+    depth=50,
     reliability=ReliabilityPolicy.RELIABLE,
     durability=DurabilityPolicy.TRANSIENT_LOCAL,
 )
