@@ -217,10 +217,14 @@ def test_over_temperature_throttles_and_recovers(ros_node, start_node, namespace
     assert (cpufreq / "scaling_max_freq").read_text().strip() == "2400000"
 
 
+MUTE_S = 3.0
+
+
 @pytest.fixture
 def mute_node(namespace):
-    """A node in this process whose set_parameters service never answers (its callback waits
-    until the test ends), on its own context and executor."""
+    """A node in this process whose set_parameters service answers too late: each call waits
+    :data:`MUTE_S`, past the manager's 1 s timeout (a callback waiting until the test ends
+    would hold the next call back as long: one executor thread runs them in turn)."""
     context = rclpy.Context()
     rclpy.init(context=context)
     node = rclpy.create_node(
@@ -231,7 +235,7 @@ def mute_node(namespace):
 
     def never(request, response):
         calls.append(request)
-        release.wait(30.0)
+        release.wait(MUTE_S)
         return response
 
     node.create_service(SetParameters, "mute/set_parameters", never)
