@@ -57,7 +57,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--passes", type=int, default=8)
     parser.add_argument(
-        "--talk-s", type=float, default=1.5, help="how long the robot speaks before the user starts"
+        "--talk-s",
+        type=float,
+        default=0.5,
+        help="how long the robot speaks before the user starts (the embedded model's story "
+        "is one sentence: about 2.5 s at the speech node's normal rate)",
+    )
+    parser.add_argument(
+        "--wpm",
+        type=int,
+        default=0,
+        help="the speech node's words_per_minute (0: its default); a slower voice talks "
+        "longer, e.g. --wpm 80 --talk-s 1.5",
     )
     parser.add_argument(
         "--fusion",
@@ -69,6 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write the JSON here")
     args = parser.parse_args(argv)
     fusion_params: dict[str, object] = {"vision.enabled": False}
+    speech_params: dict[str, object] = {"sink": "null"}
+    if args.wpm:
+        speech_params["words_per_minute"] = args.wpm
     for item in args.fusion:
         name, _, value = item.partition("=")
         fusion_params[name] = yaml.safe_load(value)
@@ -97,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
                 namespace=ns,
             )
         ),
-        NodeProcess(NodeSpec("omniflow.nodes.speech", "speech", {"sink": "null"}, namespace=ns)),
+        NodeProcess(NodeSpec("omniflow.nodes.speech", "speech", speech_params, namespace=ns)),
     ]
     rclpy.init()
     node = rclpy.create_node("full_duplex_bench")
@@ -222,6 +236,8 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, object] = {
         "passes": args.passes,
         "fusion": fusion_params,
+        "speech": speech_params,
+        "talk_s": args.talk_s,
         "from_voice_onset_ms": {k: summary(v, 1, figures=SPREAD) for k, v in figures.items()},
         "echo": {
             "false_barge_ins": false_starts,
