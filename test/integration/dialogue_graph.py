@@ -41,16 +41,20 @@ def dialogue_params(**overrides) -> dict[str, object]:
 
 
 class Graph:
-    """The dialogue and speech nodes in one namespace, and this test's view of them."""
+    """The dialogue and speech nodes in one namespace, and this test's view of them
+    (``speech_params``: the speech node's, the null sink by default; ``params``: the
+    dialogue node's)."""
 
-    def __init__(self, ros_node, start_node, *, speech: bool = True, **params):
+    def __init__(self, ros_node, start_node, *, speech: bool = True, speech_params=None, **params):
         self.node = ros_node
         self.namespace = f"/t{uuid.uuid4().hex[:6]}"
         self.dialogue = start_node(
             DIALOGUE, "dialogue", dialogue_params(**params), namespace=self.namespace
         )
         self.speech = (
-            start_node(SPEECH, "speech", {"sink": "null"}, namespace=self.namespace)
+            start_node(
+                SPEECH, "speech", speech_params or {"sink": "null"}, namespace=self.namespace
+            )
             if speech
             else None
         )

@@ -15,6 +15,7 @@ from action_msgs.msg import GoalStatus
 from dialogue_graph import (
     ANSWER_TIMEOUT_S,
     LONG_PROMPT,
+    SLOW_SPEECH,
     SPEECH,
     START_TIMEOUT_S,
     Graph,
@@ -146,7 +147,14 @@ def test_an_answer_nobody_played_in_time_is_reported_and_never_spoken_late(ros_n
 def test_a_speech_node_killed_mid_answer_ends_the_turn_and_its_successor_speaks_the_next(
     ros_node, start_node
 ):
-    graph = Graph(ros_node, start_node, speech_start_timeout_s=10.0, **{"llm.max_tokens": 40})
+    # The slow voice is still talking when the kill comes: the answer is one sentence.
+    graph = Graph(
+        ros_node,
+        start_node,
+        speech_params=SLOW_SPEECH,
+        speech_start_timeout_s=10.0,
+        **{"llm.max_tokens": 40},
+    )
     graph.wait_active()
     handle, turn_id = goal_turn(graph, LONG_PROMPT)
     wait_speaking(graph, turn_id)
