@@ -20,6 +20,7 @@ from omniflow.core.fusion_events import (
     VoiceActivityEvent,
 )
 from omniflow.core.fusion_pipeline import (
+    MAX_TURN_YIELD_NS,
     PREROLL_NS,
     EchoStage,
     FusionConfig,
@@ -519,23 +520,32 @@ def _yield_run(yield_ms: int, hold_final: bool) -> tuple[FusionPipeline, list[in
 def test_frames_wait_while_the_turn_ends_and_the_onset_frame_does_not(yield_ms):
     pipeline, stamps, end_ns = _yield_run(yield_ms, hold_final=False)
     onset_ns = T0 + 25 * CHUNK_NS
-    reported_ns = end_ns + 5 * CHUNK_NS  # the VAD reports the end after 5 quiet chunks
-    until_ns = end_ns + yield_ms * NS_PER_MS - 2 * CHUNK_NS  # a frame is taken a chunk late
-    waited = [s for s in stamps if reported_ns <= s < until_ns]
+    final_ns = end_ns + 5 * CHUNK_NS  # the VAD reports the end after 5 quiet chunks: the final
+    resume_ns = final_ns + yield_ms * NS_PER_MS
+    waited = [s for s in stamps if final_ns <= s < resume_ns - 2 * CHUNK_NS]  # a chunk late
     assert waited == []
     assert any(abs(s - onset_ns) < NS_PER_S // 15 for s in stamps)  # the onset's frame
-    held = max(yield_ms - 200, 0) / 1000 * 15
-    assert pipeline.stats.vision_yielded == pytest.approx(held, abs=2)
-    after = [s for s in stamps if s >= end_ns + yield_ms * NS_PER_MS]
-    assert after and after[0] - (end_ns + yield_ms * NS_PER_MS) <= 2 * NS_PER_S // 15
+    assert pipeline.stats.vision_yielded == pytest.approx(yield_ms / 1000 * 15, abs=2)
+    after = [s for s in stamps if s >= resume_ns]
+    assert after and after[0] - resume_ns <= 2 * NS_PER_S // 15
 
 
-def test_frames_wait_for_a_late_final_but_not_longer_than_the_cap():
+def test_frames_wait_for_a_late_final_and_the_yield_after_it():
     pipeline, stamps, end_ns = _yield_run(200, hold_final=True)
-    held_until = T0 + 75 * CHUNK_NS  # the final came out then, 1 s after the speech ended
-    assert [s for s in stamps if end_ns + 5 * CHUNK_NS <= s < held_until - CHUNK_NS] == []
-    assert any(held_until <= s < held_until + 2 * NS_PER_S // 15 for s in stamps)
-    assert pipeline.stats.vision_yielded >= 12
+    final_ns = T0 + 75 * CHUNK_NS  # the final came out then, 1 s after the speech ended
+    resume_ns = final_ns + 200 * NS_PER_MS
+    assert [s for s in stamps if end_ns + 5 * CHUNK_NS <= s < resume_ns - 2 * CHUNK_NS] == []
+    assert any(resume_ns <= s < resume_ns + 2 * NS_PER_S // 15 for s in stamps)
+    assert pipeline.stats.vision_yielded >= 15
+
+
+def test_frames_wait_no_longer_than_the_cap_after_the_speech():
+    pipeline, stamps, end_ns = _yield_run(1500, hold_final=True)  # final 1 s after the speech
+    every = NS_PER_S // 15
+    feed(pipeline, [QUIET] * 50, start_ns=T0 + 100 * CHUNK_NS, frames_every_ns=every)
+    cap_ns = end_ns + MAX_TURN_YIELD_NS  # before the final's 1.5 s yield is over
+    assert [s for s in stamps if end_ns + 5 * CHUNK_NS <= s < cap_ns - 2 * CHUNK_NS] == []
+    assert any(cap_ns <= s < cap_ns + 2 * every for s in stamps)
 
 
 def test_a_speech_start_is_associated_with_the_frames_in_its_window():

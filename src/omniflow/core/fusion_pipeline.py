@@ -114,7 +114,8 @@ SPEAKING_NS = 300 * NS_PER_MS
 RESTART_NS = NS_PER_S
 # Chunks held by the pipeline (waiting for their reference or their slice): 4 s of 40 ms.
 MAX_PENDING_AUDIO = 100
-# The longest frames wait for a final transcript after the user's speech ended.
+# The longest frames wait after the user's speech ended (for its final transcript, and
+# vision.turn_yield_ms after it).
 MAX_TURN_YIELD_NS = 2 * NS_PER_S
 # A vision token may arrive this far behind the newest token (the onset frame is encoded
 # after the VAD confirmed the start, up to ~0.3 s later).
@@ -403,8 +404,9 @@ PIPELINE_PARAMS = (
         "vision.turn_yield_ms",
         600,
         "After the end of the user's speech no frame is encoded (a speech onset's frame "
-        "still is) until the final transcript is out and this long has passed: the final "
-        "transcript, the model's first words and the first phrase have the cores; 0: never",
+        "still is) until the final transcript is out and then this long, at most 2 s after "
+        "the speech: the final transcript, the end-of-turn wait, the model's first words and "
+        "the first phrase have the cores; 0: never",
         unit="ms",
         minimum=0,
         maximum=5000,
@@ -565,6 +567,7 @@ class FusionPipeline:
         self._last_audio_end_ns = 0
         self._last_vision_ns = 0
         self._speech_end_ns: int | None = None  # the end of the user's last speech
+        self._final_out_ns: int | None = None  # when the last final was handed over
         self._held_ns = -1  # the last frame held back while the turn ended
         # The raw VAD's current speech run: [the robot was playing, the user VAD heard speech]
         self._raw_run: list[bool] | None = None
@@ -881,6 +884,7 @@ class FusionPipeline:
                 return
             utterance, start_ns, end_ns = self._finals_due.popleft()
             self.stats.finals += 1
+            self._final_out_ns = self._now_ns
             out = self._finals_held if utterance in self._open else self._slice_out
             out.append(
                 TranscriptEvent(
@@ -973,18 +977,21 @@ class FusionPipeline:
             self._encode_frame(vision, stamp_ns, rgb)
 
     def _turn_ending(self) -> bool:
-        """Whether the user's turn is ending: their speech ended less than
-        ``turn_yield_ns`` ago, or its final transcript is still due (for at most
-        ``MAX_TURN_YIELD_NS``)."""
+        """Whether the user's turn is ending: their speech ended and its final transcript is
+        still due, or came out less than ``turn_yield_ns`` ago (the end-of-turn wait, the
+        model's first words and the first phrase follow it); at most ``MAX_TURN_YIELD_NS``
+        after the end of the speech."""
         end_ns = self._speech_end_ns
         if not self.config.turn_yield_ns or end_ns is None or self.engines.vad.is_speech:
             return False
         since = self._now_ns - end_ns
-        if since < 0:  # the stream went back in time
+        if not 0 <= since < MAX_TURN_YIELD_NS:  # < 0: the stream went back in time
             return False
-        return since < self.config.turn_yield_ns or (
-            bool(self._finals_due) and since < MAX_TURN_YIELD_NS
-        )
+        if self._finals_due:
+            return True
+        final_ns = self._final_out_ns
+        after = self._now_ns - final_ns if final_ns is not None and final_ns >= end_ns else since
+        return after < self.config.turn_yield_ns
 
     def _encode_frame(self, vision: VisionEncoder, stamp_ns: int, rgb: np.ndarray) -> None:
         """One frame -> a vision token (its labels' code and Bloom filter, the frame) and a
