@@ -174,32 +174,41 @@ def test_stop_service_and_a_newer_turn_stop_the_current_one(ros_node, start_node
     talk.states.wait_until(lambda s: not s[-1].speaking, timeout=2, what="idle")
 
 
-@pytest.mark.parametrize(
-    "text",
-    [
-        "; touch /tmp/omniflow-pwned $(touch /tmp/omniflow-pwned2) `touch /tmp/omniflow-pwned3`",
-        "--help me",
-        "🤖🎉",
-        "",
-        "and so on " * 3000,
-    ],
-    ids=["shell", "option", "emoji", "empty", "very-long"],
-)
-def test_hostile_or_unsayable_text_is_spoken_or_skipped_never_executed(ros_node, start_node, text):
+HOSTILE = {
+    "shell": "; touch /tmp/omniflow-pwned $(touch /tmp/omniflow-pwned2) "
+    "`touch /tmp/omniflow-pwned3`",
+    "option": "--help me",
+    "emoji": "🤖🎉",
+    "empty": "",
+    "very-long": "and so on " * 3000,
+}
+
+
+def test_hostile_or_unsayable_text_is_spoken_or_skipped_never_executed(ros_node, start_node):
     process = start_speech(start_node)
     talk = Conversation(ros_node, process)
-    talk.response.publish(
-        ResponseChunk(
-            header=header(time.time_ns(), ""), turn_id=3, index=0, text_delta=text, is_final=True
+    turn = 2
+    for kind, text in HOSTILE.items():
+        turn += 2
+        talk.response.publish(
+            ResponseChunk(
+                header=header(time.time_ns(), ""),
+                turn_id=turn,
+                index=0,
+                text_delta=text,
+                is_final=True,
+            )
         )
-    )
-    time.sleep(1.5)
-    for name in ("omniflow-pwned", "omniflow-pwned2", "omniflow-pwned3"):
-        assert not (Path("/tmp") / name).exists()
-    # The node is still up and speaks the next turn.
-    talk.say(4, "Still here.")
-    talk.wait_speaking(4)
-    assert process.running
+        try:  # spoken (the shell, option and long texts), or skipped as unsayable
+            talk.wait_speaking(turn, timeout=1.5)
+        except TimeoutError:
+            pass
+        # The node is still up and speaks the next turn (which stops whatever it still says).
+        talk.say(turn + 1, "Still here.")
+        talk.wait_speaking(turn + 1)
+        assert process.running, kind
+        for name in ("omniflow-pwned", "omniflow-pwned2", "omniflow-pwned3"):
+            assert not (Path("/tmp") / name).exists(), kind
 
 
 def test_unknown_engine_is_refused_at_start_up_naming_the_allowed_values(start_node):
