@@ -10,6 +10,7 @@ node speaks only the turn the dialogue node's latched state says is in progress.
 from __future__ import annotations
 
 import json
+import time
 
 from action_msgs.msg import GoalStatus
 from dialogue_graph import (
@@ -23,9 +24,10 @@ from dialogue_graph import (
 )
 from std_msgs.msg import String
 
-from omniflow.msg import DialogueState
+from omniflow.msg import DialogueState, SpeechState
+from omniflow.ros.conversions import header
 from omniflow.ros.monitor import TopicRecorder
-from omniflow.ros.qos import LATCHED
+from omniflow.ros.qos import LATCHED, LEASED_STATE
 
 
 def start_speech(graph: Graph, start_node):
@@ -142,6 +144,36 @@ def test_an_answer_nobody_played_in_time_is_reported_and_never_spoken_late(ros_n
     outcome = wait_future(handle.get_result_async(), ANSWER_TIMEOUT_S)
     assert outcome.status == GoalStatus.STATUS_SUCCEEDED, outcome.result.error
     assert not spoke(graph, turn_id)
+
+
+def test_a_short_answer_played_between_two_turns_of_the_executor_ends_its_turn(
+    ros_node, start_node
+):
+    """A speech node that starts and finishes a short answer ("Yes.") within a few ms says
+    speaking and idle back to back: the dialogue node reads both (a depth-1 reader kept only
+    the idle one, and the turn ended as unplayed after ``speech_start_timeout_s``)."""
+    graph = Graph(ros_node, start_node, speech=False, speech_start_timeout_s=30.0)
+    graph.wait_active()
+    speech = ros_node.create_publisher(SpeechState, graph.topic("speech_state"), LEASED_STATE)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while speech.get_subscription_count() < 2:  # the state, and the liveliness watch
+        assert time.monotonic() < deadline, "the dialogue node never read speech_state"
+        time.sleep(0.05)
+    handle, turn_id = goal_turn(graph, "What is two plus two?")
+    answered(graph, turn_id)
+    for speaking in (True, False):
+        speech.publish(
+            SpeechState(header=header(time.time_ns(), ""), speaking=speaking, turn_id=turn_id)
+        )
+    outcome = wait_future(handle.get_result_async(), 10.0)
+    assert outcome.status == GoalStatus.STATUS_SUCCEEDED, outcome.result.error
+    graph.states.wait_until(
+        lambda ms: any(
+            m.turn_id == turn_id and m.reason == "the robot finished speaking" for m in ms
+        ),
+        10.0,
+        f"turn {turn_id} ended as spoken",
+    )
 
 
 def test_a_speech_node_killed_mid_answer_ends_the_turn_and_its_successor_speaks_the_next(
