@@ -153,6 +153,19 @@ class Graph:
         )
 
 
+def say_at_once(response, text: str, turn_id: int = 1) -> None:
+    """Publish a whole answer as one final chunk of ``turn_id`` on ``response``."""
+    response.publish(
+        ResponseChunk(
+            header=conversions.header(time.time_ns(), ""),
+            turn_id=turn_id,
+            index=0,
+            text_delta=text,
+            is_final=True,
+        )
+    )
+
+
 def wait_future(future, timeout: float):
     deadline = time.monotonic() + timeout
     while not future.done():

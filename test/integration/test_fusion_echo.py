@@ -9,11 +9,12 @@ import time
 import uuid
 
 import numpy as np
+from dialogue_graph import say_at_once
 from room import Room
 from std_msgs.msg import String
 
 from omniflow.msg import ResponseChunk, SpeechState, Transcript, VoiceActivity
-from omniflow.ros.conversions import header, ns_from_time
+from omniflow.ros.conversions import ns_from_time
 from omniflow.ros.monitor import TopicRecorder, wait_for_publishers
 from omniflow.ros.qos import EVENTS, LATCHED, RESPONSE, STATE_CHANGES
 
@@ -56,18 +57,6 @@ def start_graph(ros_node, start_node):
     return fusion, speech, status, activity, transcripts, states, response, room
 
 
-def say(response, text: str, turn_id: int = 1) -> None:
-    response.publish(
-        ResponseChunk(
-            header=header(time.time_ns(), ""),
-            turn_id=turn_id,
-            index=0,
-            text_delta=text,
-            is_final=True,
-        )
-    )
-
-
 def wait_spoken(states, timeout: float = 40.0) -> None:
     states.wait_until(
         lambda s: any(m.speaking for m in s) and not s[-1].speaking,
@@ -81,7 +70,7 @@ def test_the_robot_talking_alone_starts_no_speech_and_no_transcript(ros_node, st
         ros_node, start_node
     )
     try:
-        say(response, ROBOT_TEXT)
+        say_at_once(response, ROBOT_TEXT)
         wait_spoken(states)
         time.sleep(1.5)  # the last echo and the end of any utterance reach the node
     finally:
@@ -104,7 +93,7 @@ def test_the_user_talking_over_the_robot_starts_speech(ros_node, start_node):
         ros_node, start_node
     )
     try:
-        say(response, ROBOT_TEXT)
+        say_at_once(response, ROBOT_TEXT)
         states.wait_until(lambda s: any(m.speaking for m in s), 20, "the robot speaking")
         time.sleep(1.0)
         user_at = ros_node.get_clock().now().nanoseconds

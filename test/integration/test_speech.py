@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile
+from dialogue_graph import say_at_once
 from std_srvs.srv import Trigger
 
 from omniflow.msg import AudioChunk, DialogueState, ResponseChunk, SpeechState
@@ -190,15 +191,7 @@ def test_hostile_or_unsayable_text_is_spoken_or_skipped_never_executed(ros_node,
     turn = 2
     for kind, text in HOSTILE.items():
         turn += 2
-        talk.response.publish(
-            ResponseChunk(
-                header=header(time.time_ns(), ""),
-                turn_id=turn,
-                index=0,
-                text_delta=text,
-                is_final=True,
-            )
-        )
+        say_at_once(talk.response, text, turn)
         try:  # spoken (the shell, option and long texts), or skipped as unsayable
             talk.wait_speaking(turn, timeout=1.5)
         except TimeoutError:
