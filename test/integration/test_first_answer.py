@@ -24,10 +24,10 @@ from dialogue_graph import (
 )
 from std_msgs.msg import String
 
-from omniflow.msg import DialogueState, SpeechState
+from omniflow.msg import AudioChunk, DialogueState, SpeechState
 from omniflow.ros.conversions import header
 from omniflow.ros.monitor import TopicRecorder
-from omniflow.ros.qos import LATCHED, LEASED_STATE
+from omniflow.ros.qos import LATCHED, LEASED_STATE, SENSOR_DATA
 
 
 def start_speech(graph: Graph, start_node):
@@ -188,8 +188,13 @@ def test_a_speech_node_killed_mid_answer_ends_the_turn_and_its_successor_speaks_
         **{"llm.max_tokens": 40},
     )
     graph.wait_active()
+    played = TopicRecorder(ros_node, AudioChunk, graph.topic("played_audio"), SENSOR_DATA)
     handle, turn_id = goal_turn(graph, LONG_PROMPT)
     wait_speaking(graph, turn_id)
+    # A kill within a few ms of the speaking state can stop it from reaching the dialogue
+    # node (it then ends the turn as unplayed, after speech_start_timeout_s): kill a few
+    # blocks into the answer, as a real crash mid-answer would come.
+    played.wait_for(10, timeout=ANSWER_TIMEOUT_S)
 
     graph.speech.process.kill()  # in the middle of the answer: the dialogue node notices
     graph.speech.wait(START_TIMEOUT_S)
