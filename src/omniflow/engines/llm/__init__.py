@@ -38,12 +38,12 @@ from omniflow.engines.llm.base import GenerationStats, LlmBackend, Sampling
 from omniflow.engines.llm.chat import chat_messages, image_data_uri
 from omniflow.engines.llm.factory import make_backend
 from omniflow.engines.llm.files import GGUF_MAGIC, check_gguf, embedded_model_path
-from omniflow.engines.llm.inprocess import set_openmp_wait_policy
 from omniflow.engines.llm.llamacpp import LlamaCppBackend
 from omniflow.engines.llm.minicpmv import MiniCpmVBackend
 from omniflow.engines.llm.params import DEFAULT_SYSTEM_PROMPT, LLM_BACKENDS, LLM_PARAMS
 from omniflow.engines.llm.remote import RemoteBackend
 from omniflow.engines.llm.stop import StopFilter
+from omniflow.engines.openmp import set_openmp_wait_policy
 
 __all__ = [
     "DEFAULT_SYSTEM_PROMPT",

@@ -5,32 +5,21 @@ processes compete for the cores (the rest of the graph does), 2 threads took 8-1
 of ~1 s for 32 tokens; passive waiting fixes that and costs nothing measurable on an idle
 machine (benchmarks/README.md). libgomp reads ``OMP_WAIT_POLICY`` once, when it is loaded
 (the first ``import llama_cpp``), so :func:`import_llama` sets it first
-(:func:`set_openmp_wait_policy`); a process that imports llama_cpp itself calls that
-function before.
+(:func:`~omniflow.engines.openmp.set_openmp_wait_policy`); a process that imports
+llama_cpp itself calls that function before.
 """
 
 from __future__ import annotations
 
-import os
 import threading
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Mapping
 from typing import Any
 
 from omniflow.engines.llm.base import LlmBackend, Sampling
+from omniflow.engines.openmp import set_openmp_wait_policy
 from omniflow.errors import EngineError
 
-__all__ = ["InProcessBackend", "import_llama", "set_openmp_wait_policy"]
-
-
-def set_openmp_wait_policy(environ: MutableMapping[str, str] | None = None) -> str:
-    """Let idle OpenMP threads sleep: ``OMP_WAIT_POLICY=PASSIVE`` unless it is already set.
-
-    ``environ`` defaults to ``os.environ``; a user's own setting wins. Returns the policy now
-    in effect. Call it where the process starts the model, before llama_cpp is imported
-    (it has no effect on a libgomp that is already loaded); child processes inherit it.
-    """
-    env = os.environ if environ is None else environ
-    return env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+__all__ = ["InProcessBackend", "import_llama"]
 
 
 def import_llama() -> Any:
