@@ -33,8 +33,9 @@ and ``feed`` (and ``end``, below) stay cheap on the caller's thread:
 - ``feed`` appends the chunk to a preallocated buffer and hands the worker a snapshot of
   the buffer when the worker is idle: a draft at most every ``partial_interval_ms`` of new
   audio while the user speaks, and a full decode when speech pauses (the chunk's energy
-  fell back to the noise floor after voiced audio). ``feed`` returns the text of the
-  newest finished decode when it changed: partials lag the speech by about one decode.
+  fell back to the noise floor after at least 0.3 s of voiced audio). ``feed`` returns the
+  text of the newest finished decode when it changed: partials lag the speech by about one
+  decode.
 - At the end of the utterance the final needs a decode that covers it up to its last voiced
   chunk. The VAD reports the end only after ``vad.min_silence_ms`` of silence, and the pause
   queued a full decode at the start of that silence, so that decode is finished ("ready"),
@@ -94,6 +95,13 @@ WHISPER_PROMPTS = ("hotwords", "initial_prompt")
 
 #: A recognised word with its start and end in stream time (ns).
 Word = tuple[str, int, int]
+
+# A pause before this much voiced audio starts no full decode: it is nearly always a stop
+# inside the first word (the bundled session's "What" came as a 0.28 s fragment), and in the
+# busy graph a full decode runs for about a second, which the fragment's own final and the
+# next utterance's decodes then wait behind (benchmarks/README.md). An utterance this short
+# is decoded once, at its end.
+_MIN_PAUSE_DECODE = int(0.3 * SAMPLE_RATE)
 
 # Pronunciation variants ("the(2)") and fillers ("<sil>", "[NOISE]") in pocketsphinx output.
 _VARIANT = re.compile(r"\(\d+\)$")
@@ -673,7 +681,8 @@ class WhisperRecognizer(Recognizer):
                 idle = worker.idle
             if idle and self._voiced_end > self._submitted:  # new speech since the last
                 if quiet:  # a pause: the full decode that may become the final
-                    self._submit(draft=False)
+                    if self._voiced_end >= _MIN_PAUSE_DECODE:
+                        self._submit(draft=False)
                 elif self._fed - self._submitted >= self._interval:
                     self._submit(draft=True)
         return self._new_partial()
