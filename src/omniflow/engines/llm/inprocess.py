@@ -2,10 +2,10 @@
 
 llama.cpp's CPU threads are OpenMP threads, and by default an idle one spins. When other
 processes compete for the cores (the rest of the graph does), 2 threads took 8-18 s instead
-of ~1 s for 32 tokens; passive waiting fixes that and costs nothing measurable on an idle
-machine (benchmarks/README.md). libgomp reads ``OMP_WAIT_POLICY`` once, when it is loaded
-(the first ``import llama_cpp``), so :func:`import_llama` sets it first
-(:func:`~omniflow.engines.openmp.set_openmp_wait_policy`); a process that imports
+of ~1 s for 32 tokens; passive waiting fixes that, at a cost on an idle machine
+(:mod:`omniflow.engines.openmp`, benchmarks/README.md). libgomp reads ``OMP_WAIT_POLICY``
+once, when it is loaded (the first ``import llama_cpp``), so :func:`import_llama` sets it
+first (:func:`~omniflow.engines.openmp.set_openmp_wait_policy`); a process that imports
 llama_cpp itself calls that function before.
 """
 
