@@ -77,7 +77,13 @@ class Graph:
     def wait_active(self) -> None:
         assert self.client.wait_for_server(timeout_sec=START_TIMEOUT_S), self.dialogue.output()
         deadline = time.monotonic() + START_TIMEOUT_S
-        while lifecycle_state(self.node, self.dialogue) != LifecycleStateMsg.PRIMARY_STATE_ACTIVE:
+        # With autostart the node configures (loads and warms its model) before it spins, and
+        # answers no service until then: a cold first start can take longer than one call's
+        # timeout, so each query may take the time left.
+        while (
+            lifecycle_state(self.node, self.dialogue, max(1.0, deadline - time.monotonic()))
+            != LifecycleStateMsg.PRIMARY_STATE_ACTIVE
+        ):
             assert time.monotonic() < deadline, self.dialogue.output()
             time.sleep(0.2)
         for publisher in (self.voice, self.transcript):

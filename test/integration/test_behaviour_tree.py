@@ -23,8 +23,11 @@ def test_the_example_tree_greets_then_answers_the_visitor(ros_node, start_node):
     transcript = ros_node.create_publisher(Transcript, graph.topic("transcript"), EVENTS)
 
     def visitor_asks() -> None:
-        # once the tree listens (the greeting is done), the visitor speaks
-        while root.children[1].status != py_trees.common.Status.RUNNING:
+        # Once the tree listens (the greeting is done and the dialogue node has accepted the
+        # listen goal: a RUNNING behaviour has only sent it), the visitor speaks. Heard
+        # before the goal waits for it, the question would be an ordinary turn.
+        listen = root.children[1]
+        while not listen.feedback_message.startswith("answering"):
             time.sleep(0.05)
         time.sleep(0.5)
         now_ns = ros_node.get_clock().now().nanoseconds
