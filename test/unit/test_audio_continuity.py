@@ -32,6 +32,15 @@ def test_a_contiguous_stream_passes_untouched():
     assert continuity.counts.gaps == continuity.counts.overlaps == 0
 
 
+def test_the_first_chunk_of_the_stream_followed_is_named():
+    continuity = AudioContinuity()
+    assert continuity.counts.first_sequence == -1
+    stream(continuity, 5, first_sequence=7)  # chunks 0-6 were sent before it matched
+    assert continuity.counts.first_sequence == 7
+    continuity.observe(3, T0 + 20 * CHUNK_NS, samples())  # a restarted source
+    assert continuity.counts.first_sequence == 3
+
+
 @pytest.mark.parametrize("jump", [2, 50, 1000])
 def test_a_jump_in_sequence_is_a_gap_with_its_missing_chunks_named(jump):
     continuity = AudioContinuity()

@@ -50,6 +50,9 @@ class ContinuityCounts:
     overlaps: int = 0  # chunks stamped inside audio already received: that part dropped
     overlap_ms: float = 0.0  # audio dropped as overlapping
     restarts: int = 0  # the stream went back in time or in sequence: a new stream
+    # The sequence of the first chunk of the stream followed now (-1: none yet): a source's
+    # chunks before it (sent before this subscriber matched, say) were never received.
+    first_sequence: int = -1
 
 
 @dataclass(frozen=True)
@@ -116,6 +119,8 @@ class AudioContinuity:
                 f"gap in the audio input: {sequence - last - 1} chunk(s) missing before "
                 f"chunk {sequence}"
             )
+        if last is None:
+            self.counts.first_sequence = sequence
         self._last_sequence = sequence
         self._recent.append(key)
         overlap_ns = 0 if received_end is None else received_end - stamp_ns
