@@ -37,10 +37,10 @@ from std_msgs.msg import String
 from omniflow.action import Converse
 from omniflow.graph import RESPAWN_DELAY_S
 from omniflow.launcher import NodeSpec, Supervisor
-from omniflow.msg import DialogueState, ResponseChunk, SpeechState
+from omniflow.msg import AudioChunk, DialogueState, ResponseChunk, SpeechState
 from omniflow.ros.conversions import ns_from_time
 from omniflow.ros.monitor import TopicRecorder, spinning, wait_for_publishers
-from omniflow.ros.qos import EVENTS, LATCHED, STATE_CHANGES
+from omniflow.ros.qos import EVENTS, LATCHED, SENSOR_DATA, STATE_CHANGES
 
 # Generous bounds for a loaded 2-core machine; the figures printed are what matters.
 START_TIMEOUT_S = 120.0
@@ -96,6 +96,7 @@ class Robot:
         self.states = TopicRecorder(node, DialogueState, f"{ns}/dialogue_state", STATE_CHANGES)
         self.speech_states = TopicRecorder(node, SpeechState, f"{ns}/speech_state", STATE_CHANGES)
         self.chunks = TopicRecorder(node, ResponseChunk, f"{ns}/response", EVENTS)
+        self.played = TopicRecorder(node, AudioChunk, f"{ns}/played_audio", SENSOR_DATA)
         self.status = {
             s.name: TopicRecorder(node, String, f"{ns}/{s.name}/status", LATCHED) for s in specs
         }
@@ -259,6 +260,10 @@ def test_speech_killed_while_speaking_a_goal_ends_it_with_the_reason(robot):
         robot.speech_states.wait_until(
             lambda ms: any(m.speaking for m in ms[after:]), ANSWER_TIMEOUT_S, "the robot speaking"
         )
+        # Killed within ms of its speaking state, the node can die before the dialogue node
+        # has it (the turn then ends as unplayed): kill it a few blocks into the answer.
+        played = len(robot.played.messages)
+        robot.played.wait_until(lambda ms: len(ms) >= played + 10, 10, "ten blocks played")
         back_s = robot.kill("speech")
         outcome = wait_future(handle.get_result_async(), ANSWER_TIMEOUT_S)
         assert outcome.status == GoalStatus.STATUS_ABORTED
