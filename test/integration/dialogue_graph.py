@@ -172,6 +172,14 @@ def say_at_once(response, text: str, turn_id: int = 1) -> None:
     )
 
 
+def wait_into_answer(played: TopicRecorder, blocks: int = 10) -> None:
+    """Wait until ``blocks`` more blocks of ``played_audio`` are played: where a test kills
+    the speech node mid-answer. Killed within ms of its speaking state, the node can die
+    before the dialogue node has that state, which then ends the turn as unplayed."""
+    start = len(played.messages)
+    played.wait_until(lambda ms: len(ms) >= start + blocks, ANSWER_TIMEOUT_S, "blocks played")
+
+
 def wait_future(future, timeout: float):
     deadline = time.monotonic() + timeout
     while not future.done():

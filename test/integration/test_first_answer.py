@@ -21,6 +21,7 @@ from dialogue_graph import (
     START_TIMEOUT_S,
     Graph,
     wait_future,
+    wait_into_answer,
 )
 from std_msgs.msg import String
 
@@ -191,10 +192,7 @@ def test_a_speech_node_killed_mid_answer_ends_the_turn_and_its_successor_speaks_
     played = TopicRecorder(ros_node, AudioChunk, graph.topic("played_audio"), SENSOR_DATA)
     handle, turn_id = goal_turn(graph, LONG_PROMPT)
     wait_speaking(graph, turn_id)
-    # A kill within a few ms of the speaking state can stop it from reaching the dialogue
-    # node (it then ends the turn as unplayed, after speech_start_timeout_s): kill a few
-    # blocks into the answer, as a real crash mid-answer would come.
-    played.wait_for(10, timeout=ANSWER_TIMEOUT_S)
+    wait_into_answer(played)
 
     graph.speech.process.kill()  # in the middle of the answer: the dialogue node notices
     graph.speech.wait(START_TIMEOUT_S)

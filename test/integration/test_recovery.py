@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import pytest
 import rclpy
 from action_msgs.msg import GoalStatus
-from dialogue_graph import LONG_PROMPT, dialogue_params, wait_future
+from dialogue_graph import LONG_PROMPT, dialogue_params, wait_future, wait_into_answer
 from rclpy.action import ActionClient
 from room import Room
 from std_msgs.msg import String
@@ -260,10 +260,7 @@ def test_speech_killed_while_speaking_a_goal_ends_it_with_the_reason(robot):
         robot.speech_states.wait_until(
             lambda ms: any(m.speaking for m in ms[after:]), ANSWER_TIMEOUT_S, "the robot speaking"
         )
-        # Killed within ms of its speaking state, the node can die before the dialogue node
-        # has it (the turn then ends as unplayed): kill it a few blocks into the answer.
-        played = len(robot.played.messages)
-        robot.played.wait_until(lambda ms: len(ms) >= played + 10, 10, "ten blocks played")
+        wait_into_answer(robot.played)
         back_s = robot.kill("speech")
         outcome = wait_future(handle.get_result_async(), ANSWER_TIMEOUT_S)
         assert outcome.status == GoalStatus.STATUS_ABORTED
