@@ -8,8 +8,10 @@ tree stops it early (a higher-priority branch takes over), the goal is cancelled
 stops generation and speech.
 
 The behaviours only send goals and read futures; something must spin the rclpy node
-between ticks (``rclpy.spin_once`` in the tick loop, or an executor on a thread, as
-:func:`main` does)::
+between ticks: ``rclpy.spin_once`` in the tick loop, or an executor on a thread, as
+:func:`main` does. With an executor on another thread, tick on that thread
+(``run_tree(..., node=node)``): Jazzy's action client can lose the answer to a goal sent
+from one thread while another spins (:func:`omniflow.ros.monitor.on_executor`)::
 
     python -m omniflow.bt [--namespace /robot] [--prompt "Say hello"] [--ticks-hz 10]
 """
@@ -27,6 +29,7 @@ from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 
 from omniflow.action import Converse as ConverseAction
+from omniflow.ros.monitor import on_executor
 
 __all__ = ["Converse", "example_tree", "main"]
 
@@ -167,14 +170,22 @@ def example_tree(
 
 
 def run_tree(
-    root: py_trees.behaviour.Behaviour, ticks_hz: float = 10.0, timeout_s: float = 120.0
+    root: py_trees.behaviour.Behaviour,
+    ticks_hz: float = 10.0,
+    timeout_s: float = 120.0,
+    node: Node | None = None,
 ) -> py_trees.common.Status:
-    """Tick ``root`` until it finishes or ``timeout_s`` passes (the node spins elsewhere)."""
+    """Tick ``root`` until it finishes or ``timeout_s`` passes. The node its behaviours use
+    spins elsewhere; give it as ``node`` to run each tick on the thread that spins it (needed
+    when that is another thread: see the module's docstring)."""
     tree = py_trees.trees.BehaviourTree(root)
     tree.setup(timeout=timeout_s)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        tree.tick()
+        if node is None:
+            tree.tick()
+        else:
+            on_executor(node, tree.tick)
         if root.status in (py_trees.common.Status.SUCCESS, py_trees.common.Status.FAILURE):
             return root.status
         time.sleep(1.0 / ticks_hz)
@@ -197,7 +208,7 @@ def main(args: list[str] | None = None) -> int:
     spinner.start()
     try:
         root = example_tree(node, options.prompt)
-        status = run_tree(root, options.ticks_hz)
+        status = run_tree(root, options.ticks_hz, node=node)
         print(py_trees.display.unicode_tree(root, show_status=True))
         for behaviour in root.children:
             print(f"{behaviour.name}: {behaviour.feedback_message}")

@@ -6,7 +6,6 @@ import time
 import uuid
 
 from lifecycle_msgs.msg import State as LifecycleStateMsg
-from rclpy.action import ActionClient
 from std_msgs.msg import String
 
 from omniflow.action import Converse
@@ -14,7 +13,7 @@ from omniflow.msg import DialogueState, ResponseChunk, SpeechState, Transcript, 
 from omniflow.ros import conversions
 from omniflow.ros.monitor import TopicRecorder
 from omniflow.ros.qos import EVENTS, LATCHED, STATE_CHANGES
-from ros_helpers import lifecycle_state
+from ros_helpers import SpinThreadActionClient, lifecycle_state
 
 DIALOGUE = "omniflow.nodes.dialogue"
 SPEECH = "omniflow.nodes.speech"
@@ -69,7 +68,7 @@ class Graph:
         self.status = TopicRecorder(ros_node, String, self.topic("dialogue/status"), LATCHED)
         self.voice = ros_node.create_publisher(VoiceActivity, self.topic("voice_activity"), EVENTS)
         self.transcript = ros_node.create_publisher(Transcript, self.topic("transcript"), EVENTS)
-        self.client = ActionClient(ros_node, Converse, self.topic("converse"))
+        self.client = SpinThreadActionClient(ros_node, Converse, self.topic("converse"))
 
     def topic(self, name: str) -> str:
         return f"{self.namespace}/{name}"
@@ -188,7 +187,7 @@ def wait_future(future, timeout: float):
     return future.result()
 
 
-def ask(client: ActionClient, text: str):
+def ask(client: SpinThreadActionClient, text: str):
     """Send a converse goal and wait for its result."""
     handle = wait_future(client.send_goal_async(Converse.Goal(prompt=text)), 30)
     assert handle.accepted

@@ -1,4 +1,5 @@
-"""Service calls on node processes, each with a timeout and a typed failure."""
+"""Service calls on node processes, each with a timeout and a typed failure; an action client
+for tests that send goals from their own thread."""
 
 from __future__ import annotations
 
@@ -10,18 +11,38 @@ from lifecycle_msgs.msg import Transition
 from lifecycle_msgs.srv import ChangeState, GetState
 from rcl_interfaces.msg import Parameter as ParameterMsg
 from rcl_interfaces.msg import SetParametersResult
+from rclpy.action import ActionClient
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.parameter_client import AsyncParameterClient
 from std_msgs.msg import String
 
 from omniflow.launcher import NodeProcess
-from omniflow.ros.monitor import TopicRecorder
+from omniflow.ros.monitor import TopicRecorder, on_executor
 from omniflow.ros.qos import LATCHED
 
 TIMEOUT_S = 10.0
 # A node process loading its models on a busy 2-core machine.
 START_TIMEOUT_S = 120.0
+
+
+class SpinThreadActionClient(ActionClient):
+    """An ``ActionClient`` whose goal, result and cancel requests leave from the thread that
+    spins its node, whichever thread asks (:func:`omniflow.ros.monitor.on_executor`: rclpy
+    7.1 drops an answer that comes back before it recorded the request, and under load a
+    test's goal then waited forever). Call it from the test's thread, never from a callback."""
+
+    def send_goal_async(self, goal, feedback_callback=None, goal_uuid=None):
+        send = super().send_goal_async
+        return on_executor(self._node, lambda: send(goal, feedback_callback, goal_uuid))
+
+    def _get_result_async(self, goal_handle):
+        request = super()._get_result_async
+        return on_executor(self._node, lambda: request(goal_handle))
+
+    def _cancel_goal_async(self, goal_handle):
+        request = super()._cancel_goal_async
+        return on_executor(self._node, lambda: request(goal_handle))
 
 
 def topic(process: NodeProcess | str, name: str) -> str:

@@ -44,7 +44,7 @@ def test_the_example_tree_greets_then_answers_the_visitor(ros_node, start_node):
         )
 
     threading.Thread(target=visitor_asks, daemon=True).start()
-    status = run_tree(root, ticks_hz=20, timeout_s=2 * ANSWER_TIMEOUT_S)
+    status = run_tree(root, ticks_hz=20, timeout_s=2 * ANSWER_TIMEOUT_S, node=ros_node)
     greet, answer = root.children
     assert status == py_trees.common.Status.SUCCESS, [b.feedback_message for b in root.children]
     assert greet.result.response.strip()
@@ -68,7 +68,7 @@ def test_a_busy_robot_makes_the_behaviour_fail_with_a_reason(ros_node, start_nod
     root = py_trees.composites.Parallel(
         name="both", policy=py_trees.common.ParallelPolicy.SuccessOnAll(), children=[first, second]
     )
-    run_tree(root, ticks_hz=20, timeout_s=ANSWER_TIMEOUT_S)
+    run_tree(root, ticks_hz=20, timeout_s=ANSWER_TIMEOUT_S, node=ros_node)
     # Both goals leave on the first tick; whichever the server takes second is refused (the
     # parallel then stops the other one).
     refused = [b for b in (first, second) if b.status == py_trees.common.Status.FAILURE]

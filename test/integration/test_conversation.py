@@ -21,7 +21,6 @@ from dialogue_graph import (
     dialogue_params,
     wait_future,
 )
-from rclpy.action import ActionClient
 from room import Room
 from std_msgs.msg import String
 
@@ -29,6 +28,7 @@ from omniflow.action import Converse
 from omniflow.msg import DialogueState, ResponseChunk, SpeechState, Transcript, VoiceActivity
 from omniflow.ros.monitor import TopicRecorder, wait_for_publishers
 from omniflow.ros.qos import EVENTS, LATCHED, STATE_CHANGES
+from ros_helpers import SpinThreadActionClient
 
 
 class Conversation:
@@ -62,7 +62,7 @@ class Conversation:
         self.chunks = TopicRecorder(ros_node, ResponseChunk, f"{ns}/response", EVENTS)
         self.said = TopicRecorder(ros_node, Transcript, f"{ns}/user_said", EVENTS)
         self.activity = TopicRecorder(ros_node, VoiceActivity, f"{ns}/voice_activity", EVENTS)
-        self.client = ActionClient(ros_node, Converse, f"{ns}/converse")
+        self.client = SpinThreadActionClient(ros_node, Converse, f"{ns}/converse")
         self.room = Room(ros_node, ns, **room_options)
         assert self.client.wait_for_server(timeout_sec=90), self.dialogue.output()
         self.fusion_status.wait_until(

@@ -24,7 +24,6 @@ import pytest
 from action_msgs.msg import GoalStatus
 from dialogue_graph import START_TIMEOUT_S, ask
 from PIL import Image as PilImage
-from rclpy.action import ActionClient
 from sensor_msgs.msg import Image
 
 from omniflow.action import Converse
@@ -32,7 +31,7 @@ from omniflow.msg import Association, DialogueState, TokenRef, Transcript, Voice
 from omniflow.ros import conversions
 from omniflow.ros.monitor import TopicRecorder
 from omniflow.ros.qos import EVENTS, SENSOR_DATA, STATE_CHANGES
-from ros_helpers import get_parameter, set_parameters
+from ros_helpers import SpinThreadActionClient, get_parameter, set_parameters
 
 _MS = 1_000_000
 
@@ -127,7 +126,7 @@ def start_conversing(ros_node, start_node, server):
         },
         namespace=ns,
     )
-    client = ActionClient(ros_node, Converse, f"{ns}/converse")
+    client = SpinThreadActionClient(ros_node, Converse, f"{ns}/converse")
     assert client.wait_for_server(timeout_sec=START_TIMEOUT_S), dialogue.output()
     states = TopicRecorder(ros_node, DialogueState, f"{ns}/dialogue_state", STATE_CHANGES)
     states.wait_until(

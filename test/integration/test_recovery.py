@@ -30,7 +30,6 @@ import pytest
 import rclpy
 from action_msgs.msg import GoalStatus
 from dialogue_graph import LONG_PROMPT, dialogue_params, wait_future, wait_into_answer
-from rclpy.action import ActionClient
 from room import Room
 from std_msgs.msg import String
 
@@ -41,6 +40,7 @@ from omniflow.msg import AudioChunk, DialogueState, ResponseChunk, SpeechState
 from omniflow.ros.conversions import ns_from_time
 from omniflow.ros.monitor import TopicRecorder, spinning, wait_for_publishers
 from omniflow.ros.qos import EVENTS, LATCHED, SENSOR_DATA, STATE_CHANGES
+from ros_helpers import SpinThreadActionClient
 
 # Generous bounds for a loaded 2-core machine; the figures printed are what matters.
 START_TIMEOUT_S = 120.0
@@ -100,7 +100,7 @@ class Robot:
         self.status = {
             s.name: TopicRecorder(node, String, f"{ns}/{s.name}/status", LATCHED) for s in specs
         }
-        self.client = ActionClient(node, Converse, f"{ns}/converse")
+        self.client = SpinThreadActionClient(node, Converse, f"{ns}/converse")
         self.room = Room(node, ns)
         for name in self.supervisor.processes:
             self.wait_active(name, START_TIMEOUT_S)

@@ -15,14 +15,13 @@ import pytest
 from action_msgs.msg import GoalStatus
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from dialogue_graph import START_TIMEOUT_S, ask
-from rclpy.action import ActionClient
 from std_msgs.msg import String
 
 from omniflow.action import Converse
 from omniflow.msg import DialogueState
 from omniflow.ros.monitor import TopicRecorder
 from omniflow.ros.qos import LATCHED, STATE_CHANGES
-from ros_helpers import get_parameter
+from ros_helpers import SpinThreadActionClient, get_parameter
 
 KEY = f"sk-omniflow-{uuid.uuid4().hex}"
 KEY_VARIABLE = "OMNIFLOW_TEST_LLM_KEY"
@@ -113,7 +112,7 @@ def start_dialogue(ros_node, start_node, url: str, **params):
         namespace=ns,
         env={KEY_VARIABLE: KEY},
     )
-    client = ActionClient(ros_node, Converse, f"{ns}/converse")
+    client = SpinThreadActionClient(ros_node, Converse, f"{ns}/converse")
     assert client.wait_for_server(timeout_sec=START_TIMEOUT_S), dialogue.output()
     states = TopicRecorder(ros_node, DialogueState, f"{ns}/dialogue_state", STATE_CHANGES)
     states.wait_until(

@@ -18,7 +18,6 @@ import time
 
 import rclpy
 from dialogue_graph import ANSWER_TIMEOUT_S, LONG_PROMPT, SLOW_SPEECH, wait_future
-from rclpy.action import ActionClient
 from room import Room
 
 from omniflow.action import Converse
@@ -27,6 +26,7 @@ from omniflow.launcher import NodeProcess, NodeSpec
 from omniflow.msg import DialogueState, SpeechState, Transcript
 from omniflow.ros.monitor import TopicRecorder, spinning
 from omniflow.ros.qos import EVENTS, STATE_CHANGES
+from ros_helpers import SpinThreadActionClient
 
 OUTAGE_S = 5.0
 ROBOT_NODES = {"fusion": {"vision.enabled": False}, "speech": SLOW_SPEECH}
@@ -76,7 +76,7 @@ def main(namespace: str, veth: str) -> dict[str, object]:
             speech = TopicRecorder(node, SpeechState, f"{ns}/speech_state", STATE_CHANGES)
             transcripts = Arrivals(node, Transcript, f"{ns}/transcript", EVENTS)
             said = Arrivals(node, Transcript, f"{ns}/user_said", EVENTS)
-            client = ActionClient(node, Converse, f"{ns}/converse")
+            client = SpinThreadActionClient(node, Converse, f"{ns}/converse")
             room = Room(node, ns)
             began = time.monotonic()
             assert client.wait_for_server(timeout_sec=120), "the dialogue host never appeared"

@@ -18,6 +18,7 @@ from rclpy.node import Node
 from rclpy.qos import QoSProfile
 
 Msg = TypeVar("Msg")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -118,3 +119,38 @@ def spinning(node: Node) -> Iterator[SingleThreadedExecutor]:
         halt.set()
         thread.join(5.0)
         executor.shutdown(timeout_sec=5.0)
+
+
+def on_executor(node: Node, call: Callable[[], T], timeout_s: float = 10.0) -> T:
+    """``call()`` run on the thread that spins ``node`` (a :func:`spinning` block, or any
+    executor spinning elsewhere), and its result.
+
+    Send action goals, result and cancel requests this way from another thread: rclpy 7.1's
+    ``ActionClient`` records a request after it sends it and without a lock (ros2/rclpy#1123),
+    so an answer the spinning thread takes in between is dropped as unexpected ("Ignoring
+    unexpected goal response") and the request's future never completes. On the spinning
+    thread the answer can only be taken after the request is recorded.
+
+    An exception ``call`` raises reaches the caller (the spinning thread goes on)."""
+    executor = node.executor
+    if executor is None:
+        raise RuntimeError(f"node '{node.get_name()}' is not spinning in an executor")
+    outcome: dict[str, object] = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = call()
+        except Exception as err:  # raised again on the caller's thread
+            outcome["error"] = err
+
+    task = executor.create_task(run)
+    deadline = time.monotonic() + timeout_s
+    while not task.done():
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"the executor of '{node.get_name()}' did not run the call within {timeout_s} s"
+            )
+        time.sleep(0.002)
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
