@@ -141,6 +141,16 @@ class LaunchProcess:
 
     def children(self, executable: str) -> list[int]:
         """Process ids of the launched processes running ``lib/omniflow/<executable>``."""
+        wanted = f"lib/omniflow/{executable}".encode()
+        return self._children(lambda argv: any(arg.endswith(wanted) for arg in argv))
+
+    def children_with(self, *arguments: str) -> list[int]:
+        """Process ids of the launched processes whose command line holds each of
+        ``arguments`` (an exited one that launch has not reaped yet holds none)."""
+        wanted = {argument.encode() for argument in arguments}
+        return self._children(lambda argv: wanted <= set(argv))
+
+    def _children(self, matches: Callable[[list[bytes]], bool]) -> list[int]:
         found = []
         for entry in Path("/proc").iterdir():
             if not entry.name.isdigit():
@@ -151,8 +161,7 @@ class LaunchProcess:
             except OSError:  # exited meanwhile
                 continue
             parent = int(stat.rsplit(")", 1)[1].split()[1])
-            wanted = f"lib/omniflow/{executable}".encode()
-            if parent == self.process.pid and any(arg.endswith(wanted) for arg in argv):
+            if parent == self.process.pid and matches(argv):
                 found.append(int(entry.name))
         return sorted(found)
 

@@ -104,7 +104,9 @@ def test_the_replay_launch_file_gives_the_regression_outputs(ros2_launch, tmp_pa
                 params_file=str(params),
             )
             # The player joins the graph at once, waits for the nodes, plays the session and
-            # leaves when the dialogue is listening again after its last answer.
+            # exits when the dialogue is listening again after its last answer. (Its exit, not
+            # its leaving the graph: once, on a loaded machine, the monitor still listed the
+            # player 90 s after launch reported its clean exit.)
             wait_for(
                 "the bag player in the graph",
                 lambda: in_graph(monitor, namespace, "omniflow_player"),
@@ -113,8 +115,8 @@ def test_the_replay_launch_file_gives_the_regression_outputs(ros2_launch, tmp_pa
             )
             wait_all_active(monitor, launch, namespace, PROFILES["replay"].nodes)
             wait_for(
-                "the bag played (the player gone from the graph)",
-                lambda: not in_graph(monitor, namespace, "omniflow_player"),
+                "the bag played (the player's process exited)",
+                lambda: not launch.children_with("replay", "--with-graph"),
                 PLAYED_TIMEOUT_S,
                 launch,
             )
