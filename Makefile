@@ -55,10 +55,12 @@ lint: setup
 	$(PY) -m ruff format --check .
 	$(PY) -m pytest -q test/unit/test_package_metadata.py
 
+# Two workers (pytest-xdist), each running one test file at a time in a DDS domain of its own
+# (test/conftest.py): the integration tests wait on nodes and the clock more than they compute.
 test: setup
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
-	$(PY) -m pytest
+	$(PY) -m pytest --numprocesses 2 --dist loadfile
 
 # Tiers 0 and 1 only (no DDS, no subprocesses): seconds.
 test-fast: setup
