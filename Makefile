@@ -57,10 +57,13 @@ lint: setup
 
 # Two workers (pytest-xdist), each running one test file at a time in a DDS domain of its own
 # (test/conftest.py): the integration tests wait on nodes and the clock more than they compute.
+# Then, alone, the tests marked serial: they judge what the graph heard or lost in real time.
 test: setup
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
-	$(PY) -m pytest --numprocesses 2 --dist loadfile
+	$(PY) -m pytest --numprocesses 2 --dist loadfile -m "not serial"; parallel=$$?; \
+	$(PY) -m pytest -m serial; serial=$$?; \
+	test $$parallel -eq 0 && test $$serial -eq 0
 
 # Tiers 0 and 1 only (no DDS, no subprocesses): seconds.
 test-fast: setup

@@ -53,6 +53,7 @@ def test_demo_prints_transcript_frames_latency_and_writes_the_report(tmp_path, i
         assert (tmp_path / "input.mcap").is_file()
 
 
+@pytest.mark.serial  # the words heard
 def test_demo_hears_a_telephone_band_8k_wav_and_names_its_band(tmp_path):
     """An 8 kHz WAV (the committed question, band-limited as a telephone line would) through
     ``omniflow demo --audio``: the fusion node takes the 8 kHz chunks over DDS, resamples

@@ -11,6 +11,7 @@ import uuid
 from pathlib import Path
 
 import numpy as np
+import pytest
 from lifecycle_msgs.msg import Transition
 from sensor_msgs.msg import Image
 from std_msgs.msg import String
@@ -32,6 +33,7 @@ def last(recorder: TopicRecorder) -> dict:
     return json.loads(recorder.messages[-1].data)
 
 
+@pytest.mark.serial  # no audio chunk lost, on the cores the camera leaves
 def test_no_audio_chunk_is_lost_beside_a_640x480_camera_at_15_fps(ros_node, start_node):
     namespace = f"/t{uuid.uuid4().hex[:6]}"
     fusion = start_node(

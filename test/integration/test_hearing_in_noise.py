@@ -29,6 +29,9 @@ QUESTION = "What colour is the cup on the table?"
 SNR_DB = 10.0
 
 
+pytestmark = pytest.mark.serial  # the words heard
+
+
 @pytest.fixture(scope="module")
 def question() -> np.ndarray:
     return spoken(QUESTION)

@@ -81,6 +81,7 @@ def wait_all_active(node, launch: LaunchProcess, namespace: str, names: tuple[st
 
 
 # ------------------------------------------------------------------------------ replay
+@pytest.mark.serial  # the regression's outputs, heard words included
 def test_the_replay_launch_file_gives_the_regression_outputs(ros2_launch, tmp_path) -> None:
     namespace = _ns()  # given to the launch file as users write it: without the leading slash
     params = stand_in_params("replay", tmp_path / "replay.yaml", regression.OVERRIDES)

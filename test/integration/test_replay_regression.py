@@ -7,7 +7,11 @@ from __future__ import annotations
 import json
 import uuid
 
+import pytest
+
 from omniflow import demo, regression
+
+pytestmark = pytest.mark.serial  # what was heard, against the words spoken
 
 
 def test_replaying_the_sample_session_matches_the_golden_file(tmp_path):

@@ -27,6 +27,8 @@ from omniflow.ros.conversions import ns_from_time
 from omniflow.ros.monitor import TopicRecorder, wait_for_publishers
 from omniflow.ros.qos import EVENTS, LATCHED, SENSOR_DATA
 
+pytestmark = pytest.mark.serial  # the words heard
+
 QUESTION = "Is the cup on the table?"
 SNR_DB = 10.0
 
