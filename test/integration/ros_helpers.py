@@ -7,7 +7,7 @@ import json
 import threading
 import time
 
-from lifecycle_msgs.msg import Transition
+from lifecycle_msgs.msg import State, Transition
 from lifecycle_msgs.srv import ChangeState, GetState
 from rcl_interfaces.msg import Parameter as ParameterMsg
 from rcl_interfaces.msg import SetParametersResult
@@ -104,10 +104,48 @@ def call(node: Node, srv_type, name: str, request, timeout: float = TIMEOUT_S, *
         node.destroy_client(client)
 
 
+# The state each transition ends in when it succeeds.
+_TARGET_STATE = {
+    Transition.TRANSITION_CONFIGURE: State.PRIMARY_STATE_INACTIVE,
+    Transition.TRANSITION_ACTIVATE: State.PRIMARY_STATE_ACTIVE,
+    Transition.TRANSITION_DEACTIVATE: State.PRIMARY_STATE_INACTIVE,
+    Transition.TRANSITION_CLEANUP: State.PRIMARY_STATE_UNCONFIGURED,
+}
+
+
 def change_state(node: Node, process: NodeProcess, transition_id: int) -> bool:
-    """Trigger a lifecycle transition (lifecycle_msgs/Transition id); True on success."""
-    request = ChangeState.Request(transition=Transition(id=transition_id))
-    return call(node, ChangeState, f"{full_name(process)}/change_state", request).success
+    """Trigger a lifecycle transition (lifecycle_msgs/Transition id); True on success.
+
+    A transition is not sent twice (a second CONFIGURE fails), so its lost answer (see
+    :data:`_RESEND_S`) is made up for by the node's state: every :data:`_RESEND_S` without an
+    answer, a node found in the transition's end state counts as done."""
+    name = f"{full_name(process)}/change_state"
+    target = _TARGET_STATE.get(transition_id)
+    client = node.create_client(ChangeState, name)
+    try:
+        if not client.wait_for_service(timeout_sec=TIMEOUT_S):
+            raise TimeoutError(f"service {name} not available within {TIMEOUT_S} s")
+        future = client.call_async(ChangeState.Request(transition=Transition(id=transition_id)))
+        done = threading.Event()
+        future.add_done_callback(lambda _: done.set())
+        deadline = time.monotonic() + TIMEOUT_S
+        while not done.wait(min(_RESEND_S, max(deadline - time.monotonic(), 0.0))):
+            if target is not None and _in_state(node, process, target):
+                return True
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"service {name} did not answer within {TIMEOUT_S} s")
+        return future.result().success
+    finally:
+        node.destroy_client(client)
+
+
+def _in_state(node: Node, process: NodeProcess, state_id: int) -> bool:
+    """Whether the node answers get_state with ``state_id`` now (False while it is busy in a
+    transition and does not answer)."""
+    try:
+        return lifecycle_state(node, process, timeout=_RESEND_S) == state_id
+    except TimeoutError:
+        return False
 
 
 def lifecycle_state(node: Node, process: NodeProcess | str, timeout: float = TIMEOUT_S) -> int:
