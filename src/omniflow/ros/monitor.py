@@ -131,7 +131,8 @@ def on_executor(node: Node, call: Callable[[], T], timeout_s: float = 10.0) -> T
     unexpected goal response") and the request's future never completes. On the spinning
     thread the answer can only be taken after the request is recorded.
 
-    An exception ``call`` raises reaches the caller (the spinning thread goes on)."""
+    An exception ``call`` raises reaches the caller (the spinning thread goes on). Never call
+    it on the spinning thread itself (from a callback): it would wait for itself."""
     executor = node.executor
     if executor is None:
         raise RuntimeError(f"node '{node.get_name()}' is not spinning in an executor")
