@@ -162,12 +162,14 @@ class Robot:
         """Ask; seconds from the end of the question to the first chunk of the answer and to
         its playback."""
         since = time.monotonic() + QUESTION_END_S
-        turn = self.ask_until(DialogueState.THINKING, "the next question heard").turn_id
-        seen = len(self.chunks.messages)
-        self.chunks.wait_until(
-            lambda ms: any(c.turn_id == turn for c in ms[seen:]), ANSWER_TIMEOUT_S, "an answer"
+        heard = self.ask_until(DialogueState.THINKING, "the next question heard").turn_id
+        # The answer's turn can be a later one: a pause inside the question ends the turn
+        # tentatively, and the words after it ("the user went on speaking") open the next.
+        chunks = self.chunks.wait_until(
+            lambda ms: any(c.turn_id >= heard for c in ms), ANSWER_TIMEOUT_S, "an answer"
         )
         answered = time.monotonic() - since
+        turn = next(c.turn_id for c in chunks if c.turn_id >= heard)
         self.speech_states.wait_until(
             lambda ms: any(m.speaking and m.turn_id == turn for m in ms),
             ANSWER_TIMEOUT_S,
