@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from lifecycle_msgs.msg import State, Transition
 from lifecycle_msgs.srv import ChangeState, GetState
@@ -90,18 +92,25 @@ def _resent(send, what: str, timeout: float = TIMEOUT_S):
     raise TimeoutError(f"{what} did not answer within {timeout} s")
 
 
-def call(node: Node, srv_type, name: str, request, timeout: float = TIMEOUT_S, *, resend=False):
-    """Call a service and return its response; ``resend``: the request is idempotent and is
-    sent again until one is answered."""
+@contextmanager
+def _service(node: Node, srv_type, name: str, timeout: float) -> Iterator:
+    """A client of service ``name`` once the service is there; destroyed after the block."""
     client = node.create_client(srv_type, name)
     try:
         if not client.wait_for_service(timeout_sec=timeout):
             raise TimeoutError(f"service {name} not available within {timeout} s")
+        yield client
+    finally:
+        node.destroy_client(client)
+
+
+def call(node: Node, srv_type, name: str, request, timeout: float = TIMEOUT_S, *, resend=False):
+    """Call a service and return its response; ``resend``: the request is idempotent and is
+    sent again until one is answered."""
+    with _service(node, srv_type, name, timeout) as client:
         if resend:
             return _resent(lambda: client.call_async(request), f"service {name}", timeout)
         return _result(client.call_async(request), f"service {name}", timeout)
-    finally:
-        node.destroy_client(client)
 
 
 # The state each transition ends in when it succeeds.
@@ -121,10 +130,7 @@ def change_state(node: Node, process: NodeProcess, transition_id: int) -> bool:
     answer, a node found in the transition's end state counts as done."""
     name = f"{full_name(process)}/change_state"
     target = _TARGET_STATE.get(transition_id)
-    client = node.create_client(ChangeState, name)
-    try:
-        if not client.wait_for_service(timeout_sec=TIMEOUT_S):
-            raise TimeoutError(f"service {name} not available within {TIMEOUT_S} s")
+    with _service(node, ChangeState, name, TIMEOUT_S) as client:
         future = client.call_async(ChangeState.Request(transition=Transition(id=transition_id)))
         done = threading.Event()
         future.add_done_callback(lambda _: done.set())
@@ -135,8 +141,6 @@ def change_state(node: Node, process: NodeProcess, transition_id: int) -> bool:
             if time.monotonic() >= deadline:
                 raise TimeoutError(f"service {name} did not answer within {TIMEOUT_S} s")
         return future.result().success
-    finally:
-        node.destroy_client(client)
 
 
 def _in_state(node: Node, process: NodeProcess, state_id: int) -> bool:

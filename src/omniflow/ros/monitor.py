@@ -137,21 +137,21 @@ def on_executor(node: Node, call: Callable[[], T], timeout_s: float = 10.0) -> T
     if executor is None:
         raise RuntimeError(f"node '{node.get_name()}' is not spinning in an executor")
     outcome: dict[str, object] = {}
+    ran = threading.Event()
 
     def run() -> None:
         try:
             outcome["value"] = call()
         except Exception as err:  # raised again on the caller's thread
             outcome["error"] = err
+        finally:
+            ran.set()
 
-    task = executor.create_task(run)
-    deadline = time.monotonic() + timeout_s
-    while not task.done():
-        if time.monotonic() > deadline:
-            raise TimeoutError(
-                f"the executor of '{node.get_name()}' did not run the call within {timeout_s} s"
-            )
-        time.sleep(0.002)
+    executor.create_task(run)
+    if not ran.wait(timeout_s):
+        raise TimeoutError(
+            f"the executor of '{node.get_name()}' did not run the call within {timeout_s} s"
+        )
     if "error" in outcome:
         raise outcome["error"]
     return outcome["value"]
