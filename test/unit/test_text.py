@@ -1,4 +1,5 @@
-"""Tier 1 tests of omniflow.core.text: word splitting and the word-level edit distance."""
+"""Tier 1 tests of omniflow.core.text: word splitting, the word-level edit distance and decoder
+loops."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from omniflow.core.text import edit_distance, words
+from omniflow.core.text import edit_distance, loop_cut, words
 
 
 @pytest.mark.parametrize(
@@ -54,3 +55,35 @@ def test_edit_distance_is_a_symmetric_bounded_distance(ref: list[str], hyp: list
 @given(WORD_LISTS, WORD_LISTS, WORD_LISTS)
 def test_edit_distance_obeys_the_triangle_inequality(a, b, c) -> None:
     assert edit_distance(a, c) <= edit_distance(a, b) + edit_distance(b, c)
+
+
+@pytest.mark.parametrize(
+    ("heard", "prompt", "kept"),
+    [
+        # Whisper primed with what was in view, on a short noisy question (fusion test log).
+        (
+            "cup on the table dining table, dining table, dining table, dining",
+            "cup, dining table",
+            "cup on the table",
+        ),
+        ("go go go go go", None, "go"),  # a loop of other words keeps its first instance
+        ("what is that thing that thing that thing that thing", None, "what is that thing"),
+        ("no, no, no", None, "no, no, no"),  # three is speech, not a loop
+        ("the table table", "table", "the table table"),  # two repeats of a prompt word
+        ("cup cup cup cup", "cup, dining table", ""),  # nothing but the prompt's echo
+        ("is the cup on the table", "cup, dining table", "is the cup on the table"),
+        ("", "cup", ""),
+    ],
+)
+def test_loop_cut_drops_a_decoder_loop_at_the_end(heard: str, prompt, kept: str) -> None:
+    tokens = heard.split()
+    assert " ".join(tokens[: loop_cut(tokens, prompt)]) == kept
+
+
+@given(
+    st.lists(st.sampled_from(("a", "b", "c,", "C")), max_size=12), st.sampled_from((None, "a, b c"))
+)
+def test_loop_cut_keeps_a_prefix(tokens: list[str], prompt) -> None:
+    keep = loop_cut(tokens, prompt)
+    assert 0 <= keep <= len(tokens)
+    assert loop_cut(tokens[:keep], prompt) <= keep

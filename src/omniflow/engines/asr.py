@@ -70,6 +70,7 @@ from typing import Any
 
 import numpy as np
 
+from omniflow.core.text import loop_cut
 from omniflow.core.timing import NS_PER_S, NS_PER_SAMPLE, SAMPLE_RATE
 from omniflow.engines.openmp import set_openmp_wait_policy
 from omniflow.engines.vad import check_pcm16k
@@ -480,7 +481,9 @@ class WhisperRecognizer(Recognizer):
     the audio and 1 s; 30: drafts read the whole window too). ``prompt_as``: how
     :meth:`set_prompt`'s words reach the decoder: ``hotwords`` (default) or
     ``initial_prompt``, faster-whisper's two ways into the previous-text context
-    (``benchmarks/scene_bias.py`` compares them). Loading takes 1-2 s: build one per stream.
+    (``benchmarks/scene_bias.py`` compares them). A loop at the end of a decode (a phrase
+    repeated until the token budget ran out, :func:`omniflow.core.text.loop_cut`) is cut
+    from its text and words. Loading takes 1-2 s: build one per stream.
     A missing model is a ConfigError, a model that does not load an EngineError.
     """
 
@@ -596,9 +599,13 @@ class WhisperRecognizer(Recognizer):
                     (w.word.strip(), w.start, w.end) for w in seg.words or () if w.word.strip()
                 ]
             confidence = math.exp(float(np.mean(logprobs))) if logprobs else math.nan
+            # A decoder loop at the end (most often an echo of the prompt) is not heard.
+            tokens = " ".join(t for t in texts if t).split()
+            tokens = tokens[: loop_cut(tokens, prompt)]
+            words = words[: loop_cut([w for w, _, _ in words], prompt)]
             # Word times are relative to the snapshot; start() adds the stream time.
             return RecognitionResult(
-                " ".join(t for t in texts if t),
+                " ".join(tokens),
                 confidence,
                 [(w, int(a * NS_PER_S), int(b * NS_PER_S)) for w, a, b in words],
             )
