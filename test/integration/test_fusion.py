@@ -98,9 +98,16 @@ def play_hello(ros_node, start_node, namespace: str, subscribers: int) -> None:
         {"source": "file", "file.path": str(HELLO), "autostart": False},
         namespace=namespace,
     )
+    status = TopicRecorder(ros_node, String, topic(microphone, "audio_capture/status"), LATCHED)
     assert change_state(ros_node, microphone, Transition.TRANSITION_CONFIGURE)
-    wait_for_publishers(ros_node, topic(microphone, "audio"), subscribers, timeout=10)
-    time.sleep(1.0)  # every subscription matches the publisher both ways
+    # The first 0.5 s of the file are silence: a subscription the microphone's publisher
+    # matched late lost the speech's start (fusion heard it from 1.09 s once in CI).
+    status.wait_until(
+        lambda msgs: msgs and json.loads(msgs[-1].data).get("subscribers", 0) >= subscribers,
+        timeout=15,
+        what=f"{subscribers} subscriptions matched to the microphone",
+    )
+    time.sleep(0.2)  # the subscriptions' side of the match
     assert change_state(ros_node, microphone, Transition.TRANSITION_ACTIVATE)
 
 

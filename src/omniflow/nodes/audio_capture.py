@@ -80,6 +80,8 @@ class AudioCaptureNode(DeviceNode):
             means k - 1 blocks were lost.
             ``/diagnostics`` (diagnostic_msgs/DiagnosticArray, 1 Hz): counts of published
             blocks, overflows, gaps, drops and read errors.
+            ``~/status`` (std_msgs/String JSON, latched, 1 Hz): the same counts, and
+            ``subscribers``: the subscriptions matched to ``audio`` (0: nobody hears it).
         parameters: see ``PARAMS`` (``ros2 param describe`` shows ranges and choices) and
             the common ``autostart``, ``frame_id``, ``diagnostics_period``.
     """
@@ -168,6 +170,13 @@ class AudioCaptureNode(DeviceNode):
             )
         )
         self.stats.published += 1
+
+    def summary(self) -> dict[str, object]:
+        publisher = self._publisher
+        return {
+            **super().summary(),
+            "subscribers": publisher.get_subscription_count() if publisher is not None else 0,
+        }
 
     def _account(self, sequence: int, overflow: bool, dropped: int) -> None:
         report = self._gaps.observe(sequence)
