@@ -159,3 +159,23 @@ def test_finished_turns_score_above_the_threshold_and_unfinished_ones_below(
     done = gemma.turn_end_probability(Prompt(DEFAULT_SYSTEM_PROMPT, user=finished))
     open_ = gemma.turn_end_probability(Prompt(DEFAULT_SYSTEM_PROMPT, user=unfinished))
     assert open_ < threshold <= done, (done, open_)
+
+
+@pytest.mark.parametrize("read_to_the_end", [True, False], ids=["finished", "dropped"])
+def test_each_answers_sampler_is_freed_when_the_answer_ends(
+    gemma: LlamaCppBackend, read_to_the_end: bool
+) -> None:
+    # llama-cpp-python's sampler sits in a reference cycle that only a full garbage collection
+    # breaks: chains left for it grew a dialogue node by 57 MB per 100 answers.
+    stream = gemma.generate(
+        Prompt(DEFAULT_SYSTEM_PROMPT, user="Tell me about your day."), cancel=threading.Event()
+    )
+    assert next(stream)
+    chain = gemma._llm._sampler
+    assert chain is not None and chain.sampler is not None
+    if read_to_the_end:
+        list(stream)
+    else:
+        stream.close()
+    assert chain.sampler is None  # its native chain is freed
+    assert gemma._llm._sampler is None
