@@ -32,6 +32,7 @@ ARGUMENTS = {
     "speech": ["--turns", "8"],
     "fusion_memory": ["--minutes", "10", "--warmup", "2"],
     "soak": ["--minutes", "5", "--warmup", "1"],
+    "model_memory": ["--turns", "200", "--warmup", "25"],
     "token_freshness": ["--seconds", "40"],
     "echo": ["--rooms", "16"],
     "barge_in": ["--passes", "10"],
