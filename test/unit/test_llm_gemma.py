@@ -166,7 +166,7 @@ def test_each_answers_sampler_is_freed_when_the_answer_ends(
     gemma: LlamaCppBackend, read_to_the_end: bool
 ) -> None:
     # llama-cpp-python's sampler sits in a reference cycle that only a full garbage collection
-    # breaks: chains left for it grew a dialogue node by 57 MB per 100 answers.
+    # breaks: chains left for it grew a process answering in a loop by 57 MB per 100 answers.
     stream = gemma.generate(
         Prompt(DEFAULT_SYSTEM_PROMPT, user="Tell me about your day."), cancel=threading.Event()
     )

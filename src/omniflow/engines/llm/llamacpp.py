@@ -347,8 +347,9 @@ def _free_sampler(llm: Any) -> None:
 
     llama-cpp-python's sampler frees its native chain from a callback that refers back to
     it, a reference cycle only a full garbage collection breaks; in a long-running node those
-    are rare, and each chain left waiting held about 0.5 MB: the dialogue grew 57 MB per 100
-    answers (benchmarks/model_memory.py). The next ``generate`` makes a new one.
+    are rare, and each chain left waiting held about 0.5 MB: a process answering in a loop grew
+    57 MB per 100 answers (see benchmarks/model_memory.py). The next ``generate`` makes a new
+    one.
     """
     sampler = getattr(llm, "_sampler", None)
     if sampler is not None:
