@@ -1,4 +1,5 @@
-"""What the benchmark scripts share: summaries of measured values and writing the result.
+"""What the benchmark scripts share: summaries of measured values, a process's memory and
+writing the result.
 
 Every script runs as ``python benchmarks/<name>.py`` (``scripts/run_benchmarks.py`` does the
 same from the repository root), so this directory is on ``sys.path`` and ``import _common``
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -27,6 +29,7 @@ _FIGURES = {
     "min": np.min,
     "max": np.max,
 }
+_PAGE_MB = os.sysconf("SC_PAGE_SIZE") / 2**20
 # The spread of a latency: median, p90 and the extremes.
 SPREAD = ("median", "p90", "min", "max")
 
@@ -92,6 +95,13 @@ def slope_per_hour(
     if len(minutes) < 2:
         return None
     return round(float(np.polyfit(np.asarray(minutes), np.asarray(values), 1)[0] * 60.0), digits)
+
+
+def rss_mb(pid: int | str = "self") -> float:
+    """Resident set size of a process (this one by default) in MB of 2**20 bytes, from
+    ``/proc/<pid>/statm``; FileNotFoundError when the process is gone."""
+    with open(f"/proc/{pid}/statm", encoding="ascii") as statm:
+        return int(statm.read().split()[1]) * _PAGE_MB
 
 
 def write_result(result: object, path: Path | None) -> None:

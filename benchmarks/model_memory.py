@@ -35,7 +35,7 @@ import tracemalloc
 from pathlib import Path
 
 import numpy as np
-from _common import write_result
+from _common import rss_mb, write_result
 
 from omniflow.core.params import defaults
 from omniflow.core.prompt import Prompt, Turn
@@ -43,17 +43,11 @@ from omniflow.core.turn_context import TURN_PARAMS
 from omniflow.engines.llm.factory import make_backend
 from omniflow.engines.llm.params import LLM_PARAMS
 
-_PAGE_MB = os.sysconf("SC_PAGE_SIZE") / 2**20
 WORDS = (
     "what is this that the a cup cat table red blue robot where can you see me bring please "
     "animal small big colour on under near my your left right"
 ).split()
 SCENES = ("a cup on a table", "a cat", "a person, a cup", "a dining table, a chair", "nothing")
-
-
-def rss_mb() -> float:
-    with open("/proc/self/statm", encoding="ascii") as f:
-        return int(f.read().split()[1]) * _PAGE_MB
 
 
 def slope_with_error(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:

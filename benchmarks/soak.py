@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import rclpy
-from _common import median, ratio, slope_per_hour, summary, write_result
+from _common import median, ratio, rss_mb, slope_per_hour, summary, write_result
 from std_msgs.msg import String
 
 from omniflow.bag import BagReader
@@ -46,19 +46,16 @@ from omniflow.ros.bag_io import Player
 from omniflow.ros.monitor import spinning
 from omniflow.ros.qos import EVENTS, LATCHED
 
-_PAGE_MB = os.sysconf("SC_PAGE_SIZE") / 2**20
-
 
 def proc_figures(pid: int) -> dict[str, float] | None:
     """RSS (MB), threads and open descriptors of a process; None when it is gone."""
     try:
-        with open(f"/proc/{pid}/statm", encoding="ascii") as f:
-            rss_mb = int(f.read().split()[1]) * _PAGE_MB
+        rss = rss_mb(pid)
         threads = len(os.listdir(f"/proc/{pid}/task"))
         fds = len(os.listdir(f"/proc/{pid}/fd"))
     except (FileNotFoundError, ProcessLookupError):
         return None
-    return {"rss_mb": rss_mb, "threads": threads, "fds": fds}
+    return {"rss_mb": rss, "threads": threads, "fds": fds}
 
 
 @dataclass

@@ -199,6 +199,13 @@ def wait_status(
     return last_status(recorder)
 
 
+def wait_subscribed(recorder: TopicRecorder, count: int, what: str) -> None:
+    """Wait until a capture node's status counts ``count`` subscriptions matched to its
+    output (``what`` names them), then a moment for the subscriptions' side of the match."""
+    wait_status(recorder, lambda status: status.get("subscribers", 0) >= count, what, timeout=15)
+    time.sleep(0.2)
+
+
 def wait_active(node: Node, process: NodeProcess) -> TopicRecorder:
     """Record a node process's status and wait until it says the node is active."""
     recorder = status_recorder(node, process)

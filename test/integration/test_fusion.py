@@ -20,7 +20,14 @@ from omniflow.ros import conversions
 from omniflow.ros.conversions import ns_from_time
 from omniflow.ros.monitor import TopicRecorder, wait_for_publishers
 from omniflow.ros.qos import EVENTS, LATCHED, SENSOR_DATA
-from ros_helpers import change_state, get_parameter, set_parameters, topic
+from ros_helpers import (
+    change_state,
+    get_parameter,
+    set_parameters,
+    status_recorder,
+    topic,
+    wait_subscribed,
+)
 
 SAMPLES = Path(__file__).parents[1] / "data" / "samples"
 HELLO = SAMPLES / "hello.wav"  # speech from about 0.5 s to 3.2 s
@@ -98,16 +105,11 @@ def play_hello(ros_node, start_node, namespace: str, subscribers: int) -> None:
         {"source": "file", "file.path": str(HELLO), "autostart": False},
         namespace=namespace,
     )
-    status = TopicRecorder(ros_node, String, topic(microphone, "audio_capture/status"), LATCHED)
+    status = status_recorder(ros_node, microphone)
     assert change_state(ros_node, microphone, Transition.TRANSITION_CONFIGURE)
     # The first 0.5 s of the file are silence: a subscription the microphone's publisher
     # matched late lost the speech's start (fusion heard it from 1.09 s once in CI).
-    status.wait_until(
-        lambda msgs: msgs and json.loads(msgs[-1].data).get("subscribers", 0) >= subscribers,
-        timeout=15,
-        what=f"{subscribers} subscriptions matched to the microphone",
-    )
-    time.sleep(0.2)  # the subscriptions' side of the match
+    wait_subscribed(status, subscribers, f"{subscribers} subscriptions matched to the microphone")
     assert change_state(ros_node, microphone, Transition.TRANSITION_ACTIVATE)
 
 

@@ -20,7 +20,7 @@ from omniflow.graph import frame_publisher_env, frame_receiver_env
 from omniflow.ros.conversions import image
 from omniflow.ros.monitor import TopicRecorder
 from omniflow.ros.qos import LATCHED, SENSOR_DATA
-from ros_helpers import change_state
+from ros_helpers import change_state, wait_subscribed
 
 SAMPLES = Path(__file__).parents[1] / "data" / "samples"
 HELLO = SAMPLES / "hello.wav"
@@ -69,12 +69,7 @@ def test_no_audio_chunk_is_lost_beside_a_640x480_camera_at_15_fps(ros_node, star
         namespace=namespace,
     )
     assert change_state(ros_node, microphone, Transition.TRANSITION_CONFIGURE)
-    mic_status.wait_until(
-        lambda msgs: msgs and json.loads(msgs[-1].data).get("subscribers", 0) >= 1,
-        timeout=15,
-        what="the fusion node's subscription matched to the microphone",
-    )
-    time.sleep(0.2)  # the subscription's side of the match
+    wait_subscribed(mic_status, 1, "the fusion node's subscription matched to the microphone")
     frames_before = last(fusion_status)["frames"]
     assert change_state(ros_node, microphone, Transition.TRANSITION_ACTIVATE)
     time.sleep(STREAM_S)
