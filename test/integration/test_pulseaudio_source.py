@@ -112,9 +112,16 @@ def test_audio_capture_node_publishes_device_audio_stamped_at_capture(
 
     stamps = np.array([ns_from_time(item.msg.header.stamp) for item in received])
     sequences = np.array([item.msg.sequence for item in received])
-    assert np.median(np.diff(stamps)) == pytest.approx(40e6, abs=2e6)
-    # The sequence counts blocks in stream time: it follows the stamps.
-    np.testing.assert_allclose((stamps - stamps[0]) / 40e6, sequences - sequences[0], atol=0.6)
+    spacing_ms = np.round(np.diff(stamps) / 1e6, 1).tolist()
+    assert np.median(np.diff(stamps)) == pytest.approx(40e6, abs=2e6), spacing_ms
+    # The sequence counts blocks and the stamps follow it: one line, 40 ms a block. The line
+    # is fitted rather than anchored at the first block: on a loaded machine the null sink's
+    # blocks were stamped 0.6 % further apart than 40 ms, and the device-to-host offset is
+    # re-estimated as callbacks come late, so stamps may drift and step by part of a block.
+    slope, intercept = np.polyfit(sequences, stamps, 1)
+    assert slope == pytest.approx(40e6, rel=0.01), spacing_ms
+    residual_blocks = (stamps - (slope * sequences + intercept)) / 40e6
+    assert np.abs(residual_blocks).max() < 0.6, spacing_ms
     # Stamped when captured, not when published: always before the block arrived here.
     arrivals = np.array([item.wall_ns for item in received])
     assert np.all(stamps < arrivals)
