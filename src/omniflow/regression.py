@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from omniflow import report
+from omniflow.core.fusion_events import Activity
 from omniflow.core.lexicon import COCO_LABELS
 from omniflow.core.text import edit_distance, words
 from omniflow.graph import PROFILES, output_topics
@@ -75,8 +76,8 @@ def _voice_activity(run: report.Run) -> list[dict]:
             "t_s": run.seconds(report.stamp_ns(m.header.stamp)),
         }
         for _, m in run.of("voice_activity")
-        if int(m.event) != 1
-    ]  # no ONGOING
+        if int(m.event) in (Activity.START, Activity.END)
+    ]  # no ONGOING or SILENCE: how often they come depends on the machine's pace
 
 
 def _associations(run: report.Run) -> list[dict]:

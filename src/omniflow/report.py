@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from omniflow.bag import BagReader
+from omniflow.core.fusion_events import Activity
 from omniflow.core.timing import NS_PER_MS, NS_PER_S
 from omniflow.graph import graph_topic_name
 
@@ -474,6 +475,8 @@ def timeline_figure(run: Run):
         )
         drawn.append(entry["t_s"])
     for entry in states(run, "voice_activity", "event"):
+        if entry["event"] not in (Activity.START, Activity.END):
+            continue
         ax.plot([entry["t_s"]], [y["audio"] + 0.45], "o", color="tab:cyan", ms=4)
         drawn.append(entry["t_s"])
     ax.set_xlim(-0.3, max(drawn, default=10.0) + 0.3)

@@ -142,15 +142,33 @@ class Graph:
             )
         )
 
-    def final_transcript(self, utterance_id: int, text: str) -> None:
-        """Publish the final transcript of an utterance that just ended."""
+    def voice_event(self, event: int, utterance_id: int, stamp_ns: int, start_ns: int = 0) -> None:
+        """Publish a voice-activity event as the fusion node does, stamped in stream time."""
+        self.voice.publish(
+            VoiceActivity(
+                header=conversions.header(stamp_ns, "microphone"),
+                event=event,
+                utterance_id=utterance_id,
+                start=conversions.time_from_ns(start_ns),
+                speech_s=max(stamp_ns - start_ns, 0) / 1e9 if start_ns else 0.0,
+                echo_score=float("nan"),
+            )
+        )
+
+    def final_transcript(
+        self, utterance_id: int, text: str, start_ns: int | None = None, end_ns: int | None = None
+    ) -> None:
+        """Publish the final transcript of an utterance (default: one that just ended, 1 s
+        long)."""
         now_ns = self.node.get_clock().now().nanoseconds
+        end_ns = now_ns if end_ns is None else end_ns
+        start_ns = end_ns - 10**9 if start_ns is None else start_ns
         self.transcript.publish(
             Transcript(
                 header=conversions.header(now_ns, "microphone"),
                 utterance_id=utterance_id,
-                start=conversions.time_from_ns(now_ns - 10**9),
-                end=conversions.time_from_ns(now_ns),
+                start=conversions.time_from_ns(start_ns),
+                end=conversions.time_from_ns(end_ns),
                 text=text,
                 confidence=0.9,
                 is_final=True,

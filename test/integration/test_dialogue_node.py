@@ -12,7 +12,7 @@ from action_msgs.msg import GoalStatus
 from dialogue_graph import ANSWER_TIMEOUT_S, LONG_PROMPT, START_TIMEOUT_S, Graph, wait_future
 from lifecycle_msgs.msg import State as LifecycleStateMsg
 
-from omniflow.msg import DialogueState, ResponseChunk, Scene
+from omniflow.msg import DialogueState, ResponseChunk, Scene, VoiceActivity
 from omniflow.ros import conversions
 from omniflow.ros.qos import EVENTS
 from ros_helpers import lifecycle_state
@@ -120,6 +120,45 @@ def test_listen_goal_answers_the_next_utterance_and_user_said_fires(graph):
     assert result.response.strip()
     said = graph.said.wait_for(1, timeout=10)
     assert said[0].text == "what is your name" and said[0].utterance_id == 7
+
+
+def test_a_pause_is_counted_as_far_as_a_fusion_node_running_behind_has_heard(graph):
+    """The fusion node 2.5 s behind the node clock (a loaded machine): the final of "I would
+    like the" comes 2.5 s after the speech ended, and the user went on 0.6 s into the pause.
+    Counted on the node clock the pause was over before the final came; counted in the
+    stream's time (its SILENCE stamps) it was not: one turn."""
+    lag_ns = 2_500_000_000
+    origin_ns = graph.node.get_clock().now().nanoseconds - lag_ns - 10**9
+
+    def at(stream_s: float) -> int:
+        return origin_ns + int(stream_s * 1e9)
+
+    def silence(*stream_s: float) -> None:
+        for s in stream_s:
+            graph.voice_event(VoiceActivity.SILENCE, 0, at(s))
+            time.sleep(0.1)
+
+    def speech(utterance_id: int, start_s: float, end_s: float) -> None:
+        """START, ONGOING and END as fusion sends them, 0.1 s apart."""
+        graph.voice_event(VoiceActivity.START, utterance_id, at(start_s), at(start_s))
+        stream_s = start_s + 0.2
+        while stream_s < end_s + 0.2:
+            time.sleep(0.1)
+            graph.voice_event(VoiceActivity.ONGOING, utterance_id, at(stream_s), at(start_s))
+            stream_s += 0.1
+        graph.voice_event(VoiceActivity.END, utterance_id, at(end_s), at(start_s))
+        time.sleep(0.1)
+
+    silence(-0.2, -0.1)
+    speech(1, 0.0, 1.0)
+    graph.final_transcript(1, "I would like the.", at(0.0), at(1.0))
+    silence(1.3, 1.4, 1.5)
+    speech(2, 1.6, 2.4)
+    graph.final_transcript(2, "red cup please.", at(1.6), at(2.4))
+    silence(*(2.7 + 0.1 * i for i in range(10)))
+    said = graph.said.wait_for(1, timeout=ANSWER_TIMEOUT_S)
+    assert said[0].text == "I would like the red cup please.", graph.dialogue.output()[-2000:]
+    assert said[0].utterance_id == 2
 
 
 def test_barge_in_stops_generation_and_playback(graph):

@@ -284,6 +284,8 @@ EVENTS = st.sampled_from(
         "score_high",
         "score_low",
         "score_none",
+        "heard",
+        "heard_back",
     ]
 )
 
@@ -317,6 +319,8 @@ def test_any_sequence_of_inputs_keeps_the_machine_consistent(events, end_of_turn
             dm.speech_lost(now)
         elif event == "tick":
             dm.tick(now + 7)
+        elif event in ("heard", "heard_back"):  # the stream runs 0.3 s behind, or loops
+            dm.heard(now - 0.3 if event == "heard" else 0.0, now)
         elif event.startswith("score_"):
             probability = {"score_high": 0.5, "score_low": 0.0, "score_none": None}[event]
             dm.turn_score(i - 1, probability, now)

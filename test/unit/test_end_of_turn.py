@@ -246,6 +246,61 @@ def test_a_speech_end_stamped_after_now_counts_from_now():
     assert of(dm.tick(1.2), StartTurn)
 
 
+def unfinished(speech_end: float, stream: tuple[float, float], final_at: float) -> DialogueManager:
+    """A manager that heard "I would like the" (1 s of speech to ``speech_end``, stream
+    time), the stream heard to ``stream`` (stream time, node clock), its final at
+    ``final_at`` on the node clock."""
+    dm = manager()
+    dm.voice_start(1, 0.09, stream[1], onset=speech_end - 1.0)
+    dm.heard(*stream)
+    dm.transcript(1, "I would like the", True, final_at, speech_end=speech_end)
+    return dm
+
+
+def test_the_pause_is_counted_as_far_as_the_fusion_node_has_heard():
+    """A fusion node 2.2 s behind (a loaded machine): by the node clock the long wait is over
+    before fusion has heard the user go on; by the stream it is not, and it is one turn."""
+    dm = unfinished(1.0, (1.2, 3.2), 3.3)
+    assert dm.turn_score(1, UNFINISHED, 3.4) == [AwaitTurnEnd(1, UNFINISHED, 1.0)]
+    for stream_s in (1.3, 1.4, 1.5, 1.6):  # SILENCE as fusion hears the pause
+        assert dm.heard(stream_s, stream_s + 2.2) == []
+        assert dm.tick(stream_s + 2.25) == []  # the node clock is past the deadline (2.0)
+    assert dm.voice_start(2, 0.09, 3.9, onset=1.7) == []  # the user went on at 1.7 s
+    dm.heard(2.6, 4.8)  # END
+    actions = dm.transcript(2, "red cup please.", True, 5.0, speech_end=2.4)
+    assert actions == [ScoreTurn(2, "I would like the red cup please")]
+
+
+def test_a_pause_heard_to_its_end_starts_the_turn_however_late_the_stream_runs():
+    dm = unfinished(1.0, (1.3, 3.3), 3.3)
+    dm.turn_score(1, UNFINISHED, 3.4)
+    assert dm.heard(1.96, 4.2) == []
+    actions = dm.heard(2.0, 4.25)
+    assert of(actions, StartTurn) == [StartTurn(1, "I would like the", "speech", 1)]
+
+
+def test_a_final_decoded_late_still_waits_for_the_pause_the_stream_has_not_heard():
+    """A final that comes 3 s after the speech ended, while fusion has heard only 0.3 s of
+    the pause: not "slower than any wait", the wait runs on the stream."""
+    dm = unfinished(1.0, (1.3, 3.9), 4.0)
+    assert dm.turn_score(1, UNFINISHED, 4.1) == [AwaitTurnEnd(1, UNFINISHED, 1.0)]
+
+
+def test_a_stream_that_stops_advancing_leaves_the_pause_to_the_node_clock():
+    dm = unfinished(1.0, (1.2, 1.2), 1.25)
+    dm.turn_score(1, UNFINISHED, 1.3)
+    assert dm.tick(2.1) == []  # the stream said 1.2 s less than a second ago
+    assert of(dm.tick(2.2), StartTurn)  # no word from it for STREAM_FRESH_S: the clock counts
+
+
+def test_a_stream_that_goes_back_ends_the_pause_of_the_old_one():
+    dm = unfinished(11.0, (11.2, 1.2), 1.25)
+    dm.turn_score(1, UNFINISHED, 1.3)
+    assert dm.heard(11.5, 1.5) == []
+    actions = dm.heard(0.04, 1.6)  # the bag looped
+    assert of(actions, StartTurn) == [StartTurn(1, "I would like the", "speech", 1)]
+
+
 def test_the_waits_are_counted():
     dm = manager()
     stats = DialogueStats()

@@ -5,6 +5,7 @@ freshness at the vision rate."""
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 
@@ -22,6 +23,8 @@ from omniflow.core.fusion_events import (
 from omniflow.core.fusion_pipeline import (
     MAX_TURN_YIELD_NS,
     PREROLL_NS,
+    SILENCE_IDLE_EVERY_NS,
+    SILENCE_PAUSE_NS,
     EchoStage,
     FusionConfig,
     FusionEngines,
@@ -256,6 +259,11 @@ def activity(events: list, kind: Activity) -> list[VoiceActivityEvent]:
     return [e for e in of(events, VoiceActivityEvent) if e.kind == kind]
 
 
+def speech_activity(events: list) -> list[VoiceActivityEvent]:
+    """The voice-activity events about speech (START, ONGOING, END): all but SILENCE."""
+    return [e for e in of(events, VoiceActivityEvent) if e.kind != Activity.SILENCE]
+
+
 # ----------------------------------------------------------------------------- tests
 @pytest.mark.parametrize("confirm", [1, 3, 8])
 def test_the_recogniser_gets_the_speech_from_its_first_chunk_through_the_preroll(confirm):
@@ -462,7 +470,7 @@ def test_utterance_ids_go_on_from_the_first_id_given():
     pipeline, engines = make(ScriptedVad(confirm=1))
     pipeline = FusionPipeline(config(), engines, first_utterance_id=7, clock=lambda: 0)
     events = feed(pipeline, [LOUD] * 3 + [QUIET] * 6)
-    assert {e.utterance_id for e in of(events, VoiceActivityEvent)} == {7}
+    assert {e.utterance_id for e in speech_activity(events)} == {7}
 
 
 def test_diagnostics_say_where_the_vision_models_run_and_why():
@@ -569,12 +577,43 @@ def test_a_speech_start_is_associated_with_the_frames_in_its_window():
 def test_speech_is_reported_ongoing_once_per_slice_while_it_lasts():
     pipeline, _ = make(ScriptedVad(confirm=2, hang=3))
     events = feed(pipeline, [QUIET] * 3 + [LOUD] * 10 + [QUIET] * 5)
-    kinds = [e.kind for e in of(events, VoiceActivityEvent)]
+    kinds = [e.kind for e in speech_activity(events)]
     assert kinds[0] == Activity.START and kinds[-1] == Activity.END
     assert kinds.count(Activity.ONGOING) >= 8
     ongoing = activity(events, Activity.ONGOING)
     assert all(0 < e.speech_s <= 0.6 for e in ongoing)
-    assert pipeline.stats.voice_activity == len(kinds)
+    assert pipeline.stats.voice_activity == len(of(events, VoiceActivityEvent))
+
+
+def test_silence_says_how_far_the_stream_is_heard_often_in_a_pause_and_seldom_after():
+    pipeline, _ = make(ScriptedVad(confirm=2, hang=3))
+    events = feed(pipeline, [QUIET] * 5 + [LOUD] * 6 + [QUIET] * 100)
+    voice = of(events, VoiceActivityEvent)
+    kinds = [e.kind for e in voice]
+    start, end = kinds.index(Activity.START), kinds.index(Activity.END)
+    # Before the speech is confirmed and after its END, never while it lasts.
+    assert Activity.SILENCE not in kinds[start:end]
+    assert Activity.SILENCE in kinds[:start]
+    silences = [e for e in voice[end:] if e.kind == Activity.SILENCE]
+    assert all(e.utterance_id == 0 and e.speech_s == 0 for e in silences)
+    # The first at once after the END (the pause heard so far), then every 100 ms (three
+    # 40 ms chunks) for 2 s after the speech, every 500 ms (13 chunks) after that.
+    last_speech_ns = max(e.stamp_ns for e in voice[:end] if e.kind == Activity.ONGOING)
+    assert silences[0].stamp_ns - last_speech_ns <= CHUNK_NS
+    speech_end_ns = voice[end].stamp_ns
+    gaps = [
+        (b.stamp_ns - speech_end_ns, b.stamp_ns - a.stamp_ns)
+        for a, b in itertools.pairwise(silences)
+    ]
+    assert {gap for after, gap in gaps if after <= SILENCE_PAUSE_NS} == {3 * CHUNK_NS}
+    assert {gap for after, gap in gaps if after > SILENCE_PAUSE_NS + SILENCE_IDLE_EVERY_NS} == {
+        13 * CHUNK_NS
+    }
+    # No new audio, no new SILENCE: a stalled microphone does not look like a heard pause.
+    assert activity(pipeline.step(T0 + 200 * CHUNK_NS), Activity.SILENCE) == []
+    # A stream that starts again (a bag looping) is said at once.
+    events = feed(pipeline, [QUIET] * 3, start_ns=T0 - 10 * NS_PER_S)
+    assert activity(events, Activity.SILENCE)[0].stamp_ns <= T0 - 10 * NS_PER_S + 2 * CHUNK_NS
 
 
 class Buffers:

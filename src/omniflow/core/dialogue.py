@@ -26,6 +26,12 @@ States (the values of ``omniflow/msg/DialogueState``)::
   up to a second after "I would like the". The user speaking again before the wait is over
   continues the same turn (the words so far are prefixed to the next utterance's); no
   answer starts inside the pause. :meth:`DialogueManager.tick` ends the wait.
+  The pause is counted in stream time, as far as the fusion node has heard
+  (:meth:`DialogueManager.heard`, from its ONGOING, END and SILENCE stamps): a fusion node
+  running seconds behind on a loaded machine has not yet heard the user go on, and a wait
+  counted on the node clock would end the turn inside the pause. Without word from the
+  stream for ``STREAM_FRESH_S`` (no fusion node, a stopped microphone), the node clock
+  counts instead.
 - Barge-in: while SPEAKING, user speech lasting at least ``barge_in_min_speech_s`` cancels
   generation and playback at once (:class:`Cancel` and the INTERRUPTED state, which the
   speech node obeys within one output block). INTERRUPTED then behaves as USER_SPEAKING: the
@@ -252,6 +258,8 @@ Action = StateChanged | StartTurn | Cancel | Warm | ScoreTurn | AwaitTurnEnd | U
 
 
 _STOPPED = "the user asked the robot to stop"
+STREAM_FRESH_S = 1.0  # how long a stream position counts as the present without progress
+_STREAM_RESTART_S = 1.0  # a stream position this far back is a new stream (as fusion's)
 _SENTENCE_END = re.compile(r"[.!?](?=\s|$)")
 
 
@@ -414,7 +422,9 @@ class DialogueManager:
         self._held: tuple[int, str] | None = None  # an utterance heard while barge-in was off
         self._pending: _Pending | None = None  # a final waiting for the end of the turn
         self._voice = 0  # the utterance whose voice started last
-        self._voice_at = 0.0  # when it started
+        self._voice_at = 0.0  # when it started (its onset in stream time when known)
+        self._stream: float | None = None  # how far the fusion node has heard the stream
+        self._stream_at = 0.0  # when that last advanced (node clock)
 
     @classmethod
     def from_params(cls, params: Mapping[str, object]) -> DialogueManager:
@@ -450,11 +460,14 @@ class DialogueManager:
         return self._turn.turn_id if self._turn is not None else 0
 
     # ----------------------------------------------------------------- the user's voice
-    def voice_start(self, utterance_id: int, speech_s: float, now: float) -> list[Action]:
-        """The fusion node confirmed user speech (echo removed)."""
+    def voice_start(
+        self, utterance_id: int, speech_s: float, now: float, onset: float | None = None
+    ) -> list[Action]:
+        """The fusion node confirmed user speech (echo removed) that began at ``onset``
+        (stream time; default ``now``)."""
         self._heard_at = now
         actions: list[Action] = []
-        self._voice, self._voice_at = utterance_id, now
+        self._voice, self._voice_at = utterance_id, now if onset is None else onset
         if self.state == State.LISTENING:
             self._utterance = utterance_id
             actions.append(self._set(State.USER_SPEAKING, "the user started speaking"))
@@ -500,6 +513,18 @@ class DialogueManager:
         """The VAD heard the end of the utterance; the final transcript follows (or came)."""
         self._heard_at = now
         return []
+
+    def heard(self, stream_s: float, now: float) -> list[Action]:
+        """The fusion node has heard the stream up to ``stream_s`` (stream time): a pause
+        after the user's words that lasted the end-of-turn wait there starts the turn. A
+        position more than a second back is a new stream (a bag looping, a restarted
+        microphone): the pause of the old one is over."""
+        restarted = self._stream is not None and stream_s < self._stream - _STREAM_RESTART_S
+        if self._stream is None or stream_s > self._stream or restarted:
+            self._stream, self._stream_at = stream_s, now
+        if restarted:
+            return self._commit(now)
+        return self._pause_over(now)
 
     def transcript(
         self,
@@ -549,14 +574,15 @@ class DialogueManager:
         full = self._with_carry(text)
         if not self.end_of_turn.enabled or not full or self.stop.split(text)[0]:
             return self._user_turn(utterance_id, text, now)
-        end = now if speech_end is None else min(speech_end, now)
+        heard = self._stream_now(now)
+        end = heard if speech_end is None else min(speech_end, heard)
         longest = max(self.end_of_turn.long_wait_s, self.end_of_turn.unscored_wait_s)
         if utterance_id < self._voice and self._voice_at - end <= longest:
             # A slow final: the user spoke again within the wait, the pause is over; the
             # next utterance's final (fusion sends them in order) carries these words.
             self._carry = without_closing_stop(full)
             return []
-        if now >= end + longest:  # a final slower than any wait: nothing left to wait for
+        if heard >= end + longest:  # a final slower than any wait: nothing left to wait for
             return self._user_turn(utterance_id, text, now)
         # Until the score arrives, the longest wait holds (a lost score cannot wedge it).
         self._pending = _Pending(utterance_id, text, end, end + longest)
@@ -575,9 +601,20 @@ class DialogueManager:
         pending.scored = True
         wait_s = self.end_of_turn.wait_s(probability, pending.text)
         pending.deadline = pending.speech_end + wait_s
-        if now >= pending.deadline:
+        return self._pause_over(now) or [AwaitTurnEnd(utterance_id, probability, wait_s)]
+
+    def _stream_now(self, now: float) -> float:
+        """The present for a pause: how far the stream is heard, or the node clock when the
+        stream has not advanced for ``STREAM_FRESH_S``."""
+        if self._stream is not None and now - self._stream_at < STREAM_FRESH_S:
+            return self._stream
+        return now
+
+    def _pause_over(self, now: float) -> list[Action]:
+        """Start the pending turn if the pause after it has lasted its wait."""
+        if self._pending is not None and self._stream_now(now) >= self._pending.deadline:
             return self._commit(now)
-        return [AwaitTurnEnd(utterance_id, probability, wait_s)]
+        return []
 
     def _commit(self, now: float) -> list[Action]:
         """The pause after the pending final lasted: it ends the user's turn."""
@@ -712,8 +749,9 @@ class DialogueManager:
         the turn; an answer nobody started playing ends after ``speech_start_timeout_s``
         (outcome ``unplayed``: the answer was lost, and says so); an utterance nothing more is
         heard of is given up after ``user_turn_timeout_s``."""
-        if self._pending is not None and now >= self._pending.deadline:
-            return self._commit(now)
+        started = self._pause_over(now)
+        if started:
+            return started
         if (
             self.state in (State.USER_SPEAKING, State.INTERRUPTED)
             and now - self._heard_at >= self.user_turn_timeout_s

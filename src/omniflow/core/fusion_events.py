@@ -32,6 +32,7 @@ class Activity(enum.IntEnum):
     START = 0
     ONGOING = 1
     END = 2
+    SILENCE = 3
 
 
 @dataclass(frozen=True)

@@ -53,11 +53,13 @@ class DialogueNode(LifecycleBase):
         turns are taken only while active.
         subscribes:
             ``voice_activity`` (omniflow/msg/VoiceActivity, reliable): the user's speech,
-            echo removed; START/ONGOING long enough while speaking is a barge-in.
+            echo removed; START/ONGOING long enough while speaking is a barge-in; the
+            stamps of every event say how far the stream is heard.
             ``transcript`` (omniflow/msg/Transcript, reliable): partials are fed to the model
             ahead; the final one ends the user's turn once the pause after it has lasted as
             long as the model's end-of-turn probability of its words asks
-            (``end_of_turn.*``).
+            (``end_of_turn.*``), counted in stream time (the node clock when the stream
+            has said nothing for a second).
             ``associations`` (omniflow/msg/Association) and ``scene`` (omniflow/msg/Scene):
             what the camera saw, described to the model.
             ``speech_state`` (omniflow/msg/SpeechState, latched): when playback ends; its
@@ -204,14 +206,22 @@ class DialogueNode(LifecycleBase):
 
     def _on_voice(self, msg: VoiceActivity) -> None:
         uid, speech_s = msg.utterance_id, msg.speech_s
+        stream_s = conversions.ns_from_time(msg.header.stamp) / NS_PER_S
         if msg.event == VoiceActivity.START:
+            onset_ns = conversions.ns_from_time(msg.start)
             with self._lock:
-                self._turns.utterance_started(uid, conversions.ns_from_time(msg.start))
-            self._feed(lambda m, now: m.voice_start(uid, speech_s, now))
+                self._turns.utterance_started(uid, onset_ns)
+            self._feed(
+                lambda m, now: (
+                    m.heard(stream_s, now) + m.voice_start(uid, speech_s, now, onset_ns / NS_PER_S)
+                )
+            )
         elif msg.event == VoiceActivity.ONGOING:
-            self._feed(lambda m, now: m.voice_ongoing(uid, speech_s, now))
+            self._feed(lambda m, now: m.heard(stream_s, now) + m.voice_ongoing(uid, speech_s, now))
         elif msg.event == VoiceActivity.END:
-            self._feed(lambda m, now: m.voice_end(uid, now))
+            self._feed(lambda m, now: m.heard(stream_s, now) + m.voice_end(uid, now))
+        elif msg.event == VoiceActivity.SILENCE:
+            self._feed(lambda m, now: m.heard(stream_s, now))
         else:
             self._warn(
                 f"voice_activity with unknown event {msg.event} (stamp "

@@ -78,7 +78,9 @@ class FusionNode(LifecycleBase):
             ``voice_activity`` (omniflow/msg/VoiceActivity, reliable, keep last 50): the
             user's speech with the robot's voice taken out: START as soon as the VAD
             confirms speech (stamped with its first sample), ONGOING once per slice while
-            it lasts, END after the silence that ends it (or at ``vad.max_utterance_s``);
+            it lasts, END after the silence that ends it (or at ``vad.max_utterance_s``),
+            SILENCE while there is none (how far the stream is heard; every 100 ms for
+            2 s after speech, then every 500 ms);
             stream-time stamps; ``utterance_id`` matches the transcript's.
             ``associations`` (omniflow/msg/Association, reliable, keep last 50): one per
             speech start (the trigger), with every vision candidate in
