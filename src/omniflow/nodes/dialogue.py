@@ -272,6 +272,7 @@ class DialogueNode(LifecycleBase):
                 "backend": backend.name if backend else "",
                 "security_warnings": list(backend.security_warnings) if backend else [],
                 "history_turns": len(self._turns.history),
+                "frames_kept": self._turns.frames_kept,
                 "last_end_of_turn_probability": self._do.end_of_turn_p,
                 "proactive_rules": len(self._turns.policy.rules),
                 "chunks": self._out.chunks,
