@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from omniflow.core.dialogue import (
     DIALOGUE_PARAMS,
+    MAX_CARRY_WORDS,
     Busy,
     Cancel,
     CancelReason,
@@ -125,6 +126,21 @@ def test_speech_while_thinking_cancels_and_keeps_the_words():
     assert dm.transcript(2, "this", False, 1.4) == [Warm("what is this")]
     actions = dm.transcript(2, "this thing", True, 1.8)
     assert of(actions, StartTurn)[0].user_text == "what is this thing"
+
+
+def test_speech_that_keeps_coming_carries_only_the_newest_words():
+    """Every utterance cancels the turn still thinking about the ones before: the words
+    carried into the next turn stop growing at MAX_CARRY_WORDS, the newest kept."""
+    dm = DialogueManager()
+    spoken_turn(dm, "one two three four five six seven eight", utterance=1)
+    for utterance in range(2, 12):
+        now = float(utterance)
+        assert of(dm.voice_start(utterance, 0.09, now), Cancel)
+        words = f"u{utterance} " + " ".join(["word"] * 7)
+        (start,) = of(dm.transcript(utterance, words, True, now + 0.5), StartTurn)
+    carried = start.user_text.split()
+    assert len(carried) == MAX_CARRY_WORDS + 8
+    assert carried[-8:] == ["u11", *["word"] * 7] and "u7" in carried and "u6" not in carried
 
 
 def test_a_goal_prompt_is_refused_while_busy_unless_preempting():

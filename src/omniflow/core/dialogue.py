@@ -37,7 +37,11 @@ States (the values of ``omniflow/msg/DialogueState``)::
   speech node obeys within one output block). INTERRUPTED then behaves as USER_SPEAKING: the
   interrupting utterance becomes the next turn.
 - The user going on after a pause while the model is still THINKING cancels that generation;
-  the words already said are kept and prefixed to the next utterance's text.
+  the words already said are kept and prefixed to the next utterance's text, the newest
+  ``MAX_CARRY_WORDS`` of them: speech that keeps coming (a television, a talkative room, the
+  recogniser hearing words in noise) made the carried words, and the prompt with them, grow
+  turn after turn (238 characters in a 2-minute soak) until no answer started before the next
+  speech cancelled it.
 - A turn also comes from a goal (a behaviour tree's prompt) or from the proactive policy;
   :meth:`DialogueManager.prompt` refuses while busy unless asked to preempt.
 - Stop requests (:class:`StopPhrases`): a final transcript made only of stop phrases ("stop",
@@ -64,6 +68,8 @@ from omniflow.core.params import ParamSpec
 
 __all__ = [
     "DIALOGUE_PARAMS",
+    "MAX_CARRY_WORDS",
+    "STREAM_FRESH_S",
     "AwaitTurnEnd",
     "Busy",
     "Cancel",
@@ -259,6 +265,7 @@ Action = StateChanged | StartTurn | Cancel | Warm | ScoreTurn | AwaitTurnEnd | U
 
 _STOPPED = "the user asked the robot to stop"
 STREAM_FRESH_S = 1.0  # how long a stream position counts as the present without progress
+MAX_CARRY_WORDS = 32  # a long spoken sentence and then some
 _STREAM_RESTART_S = 1.0  # a stream position this far back is a new stream (as fusion's)
 _SENTENCE_END = re.compile(r"[.!?](?=\s|$)")
 
@@ -645,7 +652,10 @@ class DialogueManager:
         return actions
 
     def _with_carry(self, text: str) -> str:
-        return f"{self._carry} {text}".strip() if self._carry else text
+        if not self._carry:
+            return text
+        carried = self._carry.split()[-MAX_CARRY_WORDS:]
+        return " ".join([*carried, text]).strip()
 
     # ----------------------------------------------------------------- turns from elsewhere
     def prompt(
