@@ -11,7 +11,11 @@ Every ``--sample-s`` seconds it reads, per node process, the resident set size, 
 and the open file descriptors (``/proc``), and the number of nodes in the ROS graph (a leak of
 DDS participants or nodes shows there). Per loop: the answers (final response chunks) and the
 latency from each final transcript to the first chunk of the answer it started (wall time of
-arrival here). At the end, each node's ``~/status`` counters.
+arrival here), the final transcripts heard, the user's words each turn answered (carried-over
+words included), and why the dialogue changed state (the
+``dialogue_state`` reasons, digits left out, counted): a loop without an answer says whether
+the words were not heard, the turn was cancelled (by what) or the answer never came. At the
+end, each node's ``~/status`` counters; ``--logs DIR`` keeps each node's output there.
 
 Reported: per node RSS at start, after ``--warmup`` minutes and at the end, and its slope
 after the warm-up (MB/hour, least squares; target <= 0.03), threads and descriptors at the
@@ -27,9 +31,11 @@ import argparse
 import json
 import os
 import platform
+import re
 import threading
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,11 +46,11 @@ from std_msgs.msg import String
 from omniflow.bag import BagReader
 from omniflow.graph import RESPAWN_DELAY_S, frame_publisher_env, graph_topic_name, profile_nodes
 from omniflow.launcher import Supervisor
-from omniflow.msg import ResponseChunk, Transcript
+from omniflow.msg import DialogueState, ResponseChunk, Transcript
 from omniflow.resources import sample, share_dir
 from omniflow.ros.bag_io import Player
 from omniflow.ros.monitor import spinning
-from omniflow.ros.qos import EVENTS, LATCHED
+from omniflow.ros.qos import EVENTS, LATCHED, STATE_CHANGES
 
 
 def proc_figures(pid: int) -> dict[str, float] | None:
@@ -69,10 +75,21 @@ class Outputs:
     _pending: float | None = None  # the newest final's arrival, until a turn's first chunk
     _seen_turns: set[int] = field(default_factory=set)
     status: dict[str, dict] = field(default_factory=dict)
+    heard: list[tuple[int, str]] = field(default_factory=list)  # (loop, final transcript)
+    said: list[tuple[int, str]] = field(default_factory=list)  # (loop, a turn's user text)
+    reasons: list[tuple[int, str]] = field(default_factory=list)  # (loop, state change reason)
 
     def on_transcript(self, msg: Transcript) -> None:
+        if msg.is_final:
+            self.heard.append((self.loop, msg.text.strip()))
         if msg.is_final and msg.text.strip():
             self._pending = time.monotonic()
+
+    def on_said(self, msg: Transcript) -> None:
+        self.said.append((self.loop, msg.text))
+
+    def on_state(self, msg: DialogueState) -> None:
+        self.reasons.append((self.loop, re.sub(r"\d+(\.\d+)?", "N", msg.reason)))
 
     def on_chunk(self, msg: ResponseChunk) -> None:
         if msg.turn_id not in self._seen_turns:
@@ -91,11 +108,12 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=2.0, help="playback rate of the session")
     parser.add_argument("--sample-s", type=float, default=10.0, help="seconds between samples")
     parser.add_argument("--json", type=Path, help="also write the JSON here")
+    parser.add_argument("--logs", type=Path, help="keep each node's output in DIR/<node>.log")
     args = parser.parse_args()
-    write_result(run(args.minutes, args.warmup, args.rate, args.sample_s), args.json)
+    write_result(run(args.minutes, args.warmup, args.rate, args.sample_s, args.logs), args.json)
 
 
-def run(minutes: float, warmup: float, rate: float, sample_s: float) -> dict:
+def run(minutes: float, warmup: float, rate: float, sample_s: float, logs: Path | None) -> dict:
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     namespace = f"/soak{uuid.uuid4().hex[:6]}"
     share = str(share_dir())
@@ -110,6 +128,8 @@ def run(minutes: float, warmup: float, rate: float, sample_s: float) -> dict:
     outputs = Outputs()
     node.create_subscription(Transcript, "transcript", outputs.on_transcript, EVENTS)
     node.create_subscription(ResponseChunk, "response", outputs.on_chunk, EVENTS)
+    node.create_subscription(DialogueState, "dialogue_state", outputs.on_state, STATE_CHANGES)
+    node.create_subscription(Transcript, "user_said", outputs.on_said, EVENTS)
     for name in names:
         node.create_subscription(
             String,
@@ -165,6 +185,11 @@ def run(minutes: float, warmup: float, rate: float, sample_s: float) -> dict:
             time.sleep(1.0)  # the last statuses
     finally:
         stop.set()
+        if logs is not None:
+            logs.mkdir(parents=True, exist_ok=True)
+            for name, process in supervisor.processes.items():
+                process.stop()
+                (logs / f"{name}.log").write_text(process.output(), encoding="utf-8")
         supervisor.close()
         node.destroy_node()
         rclpy.shutdown(context=context)
@@ -200,6 +225,9 @@ def report(names, samples, graph_nodes, outputs, player, respawn_lines, minutes,
             "loop": loop,
             "answers": sum(1 for d in outputs.done if d == loop),
             "latency_s": median([s for lp, s in outputs.answers if lp == loop], 3),
+            "heard": [text for lp, text in outputs.heard if lp == loop],
+            "turns": [text for lp, text in outputs.said if lp == loop],
+            "dialogue": dict(Counter(reason for lp, reason in outputs.reasons if lp == loop)),
         }
         for loop in range(loops + 1)
     ]
