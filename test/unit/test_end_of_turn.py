@@ -301,6 +301,15 @@ def test_a_stream_that_goes_back_ends_the_pause_of_the_old_one():
     assert of(actions, StartTurn) == [StartTurn(1, "I would like the", "speech", 1)]
 
 
+def test_a_final_from_before_a_stream_restart_does_not_join_the_new_streams_words():
+    dm = manager()
+    dm.voice_start(1, 0.09, 20.0, onset=10.0)
+    dm.heard(11.2, 21.2)
+    dm.voice_start(2, 0.09, 21.5, onset=0.5)  # the bag looped: new speech at 0.5 s
+    actions = dm.transcript(1, "What is this?", True, 21.6, speech_end=11.0)
+    assert of(actions, ScoreTurn) == [ScoreTurn(1, "What is this?")]
+
+
 def test_the_waits_are_counted():
     dm = manager()
     stats = DialogueStats()

@@ -584,9 +584,10 @@ class DialogueManager:
         heard = self._stream_now(now)
         end = heard if speech_end is None else min(speech_end, heard)
         longest = max(self.end_of_turn.long_wait_s, self.end_of_turn.unscored_wait_s)
-        if utterance_id < self._voice and self._voice_at - end <= longest:
+        if utterance_id < self._voice and 0 <= self._voice_at - end <= longest:
             # A slow final: the user spoke again within the wait, the pause is over; the
-            # next utterance's final (fusion sends them in order) carries these words.
+            # next utterance's final (fusion sends them in order) carries these words. (Speech
+            # that began before this one ended is from a new stream: a bag looping.)
             self._carry = without_closing_stop(full)
             return []
         if heard >= end + longest:  # a final slower than any wait: nothing left to wait for
