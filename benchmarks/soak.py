@@ -6,6 +6,10 @@ their own processes under the supervisor ``omniflow run`` uses (each respawned i
 respawns are reported), on ``/clock``. This process plays ``test/data/samples/session.mcap``
 into them in a loop at ``--rate`` (the clock moves on across loops, the stream stamps start
 again: each loop is also a stream restart for the fusion node) for ``--minutes`` of wall time.
+The default rate is 1, a user at human pace. At 2 the graph must hear the microphone twice as
+fast as it comes while the model and the voice still take their own time: the user then
+seems to go on in every pause, most turns are cancelled before their first word, and the
+recogniser, running behind, hears words in noise (a stress, not a conversation).
 
 Every ``--sample-s`` seconds it reads, per node process, the resident set size, the threads
 and the open file descriptors (``/proc``), and the number of nodes in the ROS graph (a leak of
@@ -105,7 +109,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=30.0, help="wall time of the soak")
     parser.add_argument("--warmup", type=float, default=5.0, help="minutes left out of slopes")
-    parser.add_argument("--rate", type=float, default=2.0, help="playback rate of the session")
+    parser.add_argument("--rate", type=float, default=1.0, help="playback rate of the session")
     parser.add_argument("--sample-s", type=float, default=10.0, help="seconds between samples")
     parser.add_argument("--json", type=Path, help="also write the JSON here")
     parser.add_argument("--logs", type=Path, help="keep each node's output in DIR/<node>.log")
