@@ -27,11 +27,11 @@ States (the values of ``omniflow/msg/DialogueState``)::
   continues the same turn (the words so far are prefixed to the next utterance's); no
   answer starts inside the pause. :meth:`DialogueManager.tick` ends the wait.
   The pause is counted in stream time, as far as the fusion node has heard
-  (:meth:`DialogueManager.heard`, from its ONGOING, END and SILENCE stamps): a fusion node
-  running seconds behind on a loaded machine has not yet heard the user go on, and a wait
-  counted on the node clock would end the turn inside the pause. Without word from the
-  stream for ``STREAM_FRESH_S`` (no fusion node, a stopped microphone), the node clock
-  counts instead.
+  (:meth:`DialogueManager.heard`, from the stamps of its voice-activity events, SILENCE
+  among them): a fusion node running seconds behind on a loaded machine has not yet heard
+  the user go on, and a wait counted on the node clock would end the turn inside the pause.
+  Without word from the stream for ``STREAM_FRESH_S`` (no fusion node, a stopped
+  microphone), the node clock counts instead.
 - Barge-in: while SPEAKING, user speech lasting at least ``barge_in_min_speech_s`` cancels
   generation and playback at once (:class:`Cancel` and the INTERRUPTED state, which the
   speech node obeys within one output block). INTERRUPTED then behaves as USER_SPEAKING: the
