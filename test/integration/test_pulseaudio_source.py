@@ -113,7 +113,10 @@ def test_audio_capture_node_publishes_device_audio_stamped_at_capture(
     stamps = np.array([ns_from_time(item.msg.header.stamp) for item in received])
     sequences = np.array([item.msg.sequence for item in received])
     spacing_ms = np.round(np.diff(stamps) / 1e6, 1).tolist()
-    assert np.median(np.diff(stamps)) == pytest.approx(40e6, abs=2e6), spacing_ms
+    # Per block: a best-effort subscriber on a loaded machine misses blocks (under a CPU hog
+    # the stamps received were 58 ms apart in the median).
+    per_block = np.diff(stamps) / np.diff(sequences)
+    assert np.median(per_block) == pytest.approx(40e6, abs=2e6), (spacing_ms, sequences.tolist())
     # The sequence counts blocks and the stamps follow it: one line, 40 ms a block. The line
     # is fitted rather than anchored at the first block: on a loaded machine the null sink's
     # blocks were stamped 0.6 % further apart than 40 ms, and the device-to-host offset is
