@@ -131,26 +131,27 @@ class Graph:
     def speak_user(self, utterance_id: int, speech_s: float) -> None:
         now_ns = self.node.get_clock().now().nanoseconds
         start_ns = now_ns - int(speech_s * 1e9)
-        self.voice.publish(
-            VoiceActivity(
-                header=conversions.header(start_ns, "microphone"),
-                event=VoiceActivity.START,
-                utterance_id=utterance_id,
-                start=conversions.time_from_ns(start_ns),
-                speech_s=speech_s,
-                echo_score=float("nan"),
-            )
-        )
+        self.voice_event(VoiceActivity.START, utterance_id, start_ns, start_ns, speech_s)
 
-    def voice_event(self, event: int, utterance_id: int, stamp_ns: int, start_ns: int = 0) -> None:
-        """Publish a voice-activity event as the fusion node does, stamped in stream time."""
+    def voice_event(
+        self,
+        event: int,
+        utterance_id: int,
+        stamp_ns: int,
+        start_ns: int = 0,
+        speech_s: float | None = None,
+    ) -> None:
+        """Publish a voice-activity event as the fusion node does, stamped in stream time
+        (``speech_s`` by default: from ``start_ns`` to ``stamp_ns``)."""
+        if speech_s is None:
+            speech_s = max(stamp_ns - start_ns, 0) / 1e9 if start_ns else 0.0
         self.voice.publish(
             VoiceActivity(
                 header=conversions.header(stamp_ns, "microphone"),
                 event=event,
                 utterance_id=utterance_id,
                 start=conversions.time_from_ns(start_ns),
-                speech_s=max(stamp_ns - start_ns, 0) / 1e9 if start_ns else 0.0,
+                speech_s=speech_s,
                 echo_score=float("nan"),
             )
         )
