@@ -72,6 +72,16 @@ def test_edit_distance_obeys_the_triangle_inequality(a, b, c) -> None:
         ("the table table", "table", "the table table"),  # two repeats of a prompt word
         ("cup cup cup cup", "cup, dining table", ""),  # nothing but the prompt's echo
         ("is the cup on the table", "cup, dining table", "is the cup on the table"),
+        # The prompt's list read back after the question (fresh-clone run under a CPU hog).
+        (
+            "is the cup on the table dining table, dining hall,",
+            "cup, dining table",
+            "is the cup on the table",
+        ),
+        ("cup, dining table, dining table,", "cup, dining table", ""),
+        ("bring me the cup,", "cup, dining table", "bring me the cup,"),  # one phrase: speech
+        ("the cup, the dining table,", "cup, dining table", "the cup, the dining table,"),
+        ("dining table, dining hall.", "cup, dining table", "dining table, dining hall."),
         ("", "cup", ""),
     ],
 )

@@ -7,8 +7,9 @@ and the fewest substitutions, deletions and insertions that turn one into the ot
 
 A recogniser's decoder can fall into a loop at the end of an utterance, repeating a phrase
 until its token budget runs out (Whisper does it on short noisy audio, most often with the
-words it was primed with: "cup on the table dining table, dining table, dining table");
-:func:`loop_cut` finds where such a loop starts.
+words it was primed with: "cup on the table dining table, dining table, dining table"), or
+read the prompt's list back after the words heard ("... on the table dining table, dining
+hall,"); :func:`loop_cut` finds where either starts.
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ def loop_cut(tokens: Sequence[str], prompt: str | None = None) -> int:
     words is in ``prompt`` (the priming text: phrases separated by commas, "cup, dining
     table"). The first instance of a loop of other words is kept (it may have been said); a
     loop of prompt words goes whole, from where its phrase begins as the prompt has it ("the
-    table dining table, dining table" keeps "the table"). Tokens compare by their
+    table dining table, dining table" keeps "the table"). An unfinished listing of the prompt
+    at the end goes too (:func:`_prompt_list_start`). Tokens compare by their
     :func:`words`, so "table," repeats "table"."""
     norm = [" ".join(words(t)) for t in tokens]
     phrases = [tuple(words(p)) for p in (prompt or "").split(",")]
@@ -78,4 +80,40 @@ def loop_cut(tokens: Sequence[str], prompt: str | None = None) -> int:
                 best = min(best, start + shift)
         elif (n - start) // unit >= LOOP_REPEATS:
             best = min(best, start + unit)
-    return best
+    return min(best, _prompt_list_start(tokens, norm, phrases, primed))
+
+
+def _prompt_list_start(
+    tokens: Sequence[str],
+    norm: Sequence[str],
+    phrases: Sequence[tuple[str, ...]],
+    primed: set[str],
+) -> int:
+    """Where an unfinished listing of the prompt at the end begins, else ``len(tokens)``: a
+    phrase of the prompt, then comma-ended items of at most :data:`LOOP_UNIT_WORDS` words,
+    each opening with a prompt word, to the end ("is the cup on the table dining table,
+    dining hall," primed with "cup, dining table" begins at "dining table,"). That is
+    the prompt's list read back, not words heard; a decode that does not end on a comma, or
+    a single phrase of the prompt ("bring me the cup,"), is kept."""
+    n = len(tokens)
+    if not primed or not tokens or not tokens[-1].endswith(","):
+        return n
+    ends = [i + 1 for i, t in enumerate(tokens) if t.endswith(",")]
+    starts = [0, *ends[:-1]]
+    # The trailing items that open with a prompt word, back to the first that does not.
+    start, items = n, 0
+    for a, b in zip(reversed(starts), reversed(ends), strict=True):
+        if b - a > LOOP_UNIT_WORDS or norm[a] not in primed:
+            break
+        start, items = a, items + 1
+    if not items:
+        return n
+    listed = [p for p in phrases if p]
+    # The first of those items is a phrase of the prompt, with more items after it...
+    if items >= 2 and any(tuple(norm[start : start + len(p)]) == p for p in listed):
+        return start
+    # ... or a phrase of the prompt closes the item before them ("table dining table,").
+    before = [
+        len(p) for p in listed if len(p) <= start and tuple(norm[start - len(p) : start]) == p
+    ]
+    return start - max(before) if before else n
