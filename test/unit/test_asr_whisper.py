@@ -301,8 +301,26 @@ def test_the_encoder_reads_the_window_or_the_audio_and_a_second(
 
 def test_a_window_outside_whispers_is_a_config_error() -> None:
     for window_s in (0.5, 31.0):
-        with pytest.raises(ConfigError, match="draft_window_s"):
+        with pytest.raises(ConfigError, match=r"draft_window_s \(" + str(window_s)):
             WhisperRecognizer(draft_window_s=window_s)
+        with pytest.raises(ConfigError, match=r"final_window_s \(" + str(window_s)):
+            WhisperRecognizer(final_window_s=window_s)
+
+
+def test_a_cut_final_window_is_what_the_final_decode_reads(whisper: WhisperRecognizer) -> None:
+    """The default finals read the whole window; ``final_window_s`` cuts what the encoder of
+    a full decode reads, as ``draft_window_s`` does for drafts."""
+    model = whisper._model
+    whisper.decode_once(np.zeros(16_000, dtype=np.int16))
+    assert model.frames == 3000
+    cut = WhisperRecognizer(threads=2, final_window_s=20.0)
+    try:
+        cut.decode_once(np.zeros(16_000, dtype=np.int16))
+        assert cut._model.frames == 2000
+        cut.decode_once(np.zeros(16_000, dtype=np.int16), draft=True)
+        assert cut._model.frames == encoder_frames(16_000, DRAFT_WINDOW_S)
+    finally:
+        cut.close()
 
 
 def test_misuse_and_bad_input_are_typed_errors(whisper: WhisperRecognizer) -> None:

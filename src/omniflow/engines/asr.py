@@ -23,12 +23,14 @@ reads the whole utterance so far, padded to its 30 s window, and costs about 0.3
 whatever the length. Most of that is the encoder reading the padding. So there are two
 kinds of decode: a *draft* (a partial while the user speaks) reads only ``draft_window_s``
 of the window (:func:`encoder_frames`), greedily and without word times, about 5x cheaper;
-a *full* decode (at a pause, or at the end) reads the whole window with the beam search and
-word times, and only a full decode becomes a final. A cut window costs words (in
-``benchmarks/asr.py``, finals from a 10 s window had a word error rate of 0.47 against 0.35
-from the whole window), which is why finals never use it; drafts only feed the partial
-transcript and the dialogue's evaluation ahead. It decodes on a worker thread of its own,
-and ``feed`` (and ``end``, below) stay cheap on the caller's thread:
+a *full* decode (at a pause, or at the end) reads ``final_window_s`` (by default the whole
+window) with the beam search and word times, and only a full decode becomes a final. A cut
+window costs words (in ``benchmarks/asr.py``, finals from a 10 s window had a word error
+rate of 0.47 against 0.35 from the whole window; from 20 s, 0.6x of the time, 0.47 against
+0.35: "stop" heard as "It's time."), which is why finals read the whole window unless told;
+drafts only feed the partial transcript and the dialogue's evaluation ahead. It decodes on
+a worker thread of its own, and ``feed`` (and ``end``, below) stay cheap on the caller's
+thread:
 
 - ``feed`` appends the chunk to a preallocated buffer and hands the worker a snapshot of
   the buffer when the worker is idle: a draft at most every ``partial_interval_ms`` of new
@@ -478,7 +480,9 @@ class WhisperRecognizer(Recognizer):
     between two partial decodes while the user speaks; ``finish_timeout_s``: the longest
     ``finish()`` waits before raising EngineError; ``draft_window_s``: the seconds of
     Whisper's 30 s window a draft's encoder reads (:func:`encoder_frames`: never less than
-    the audio and 1 s; 30: drafts read the whole window too). ``prompt_as``: how
+    the audio and 1 s; 30: drafts read the whole window too); ``final_window_s``: the same
+    for a full decode, the one that becomes a final (30, the default: the whole window).
+    ``prompt_as``: how
     :meth:`set_prompt`'s words reach the decoder: ``hotwords`` (default) or
     ``initial_prompt``, faster-whisper's two ways into the previous-text context
     (``benchmarks/scene_bias.py`` compares them). A loop at the end of a decode (a phrase
@@ -498,6 +502,7 @@ class WhisperRecognizer(Recognizer):
         language: str = "en",
         finish_timeout_s: float = 10.0,
         draft_window_s: float = 10.0,
+        final_window_s: float = 30.0,
         prompt_as: str = "hotwords",
     ) -> None:
         if prompt_as not in WHISPER_PROMPTS:
@@ -510,11 +515,13 @@ class WhisperRecognizer(Recognizer):
             or partial_interval_ms < 0
             or finish_timeout_s <= 0
             or not 1.0 <= draft_window_s <= _WHISPER_WINDOW_S
+            or not 1.0 <= final_window_s <= _WHISPER_WINDOW_S
         ):
             raise ConfigError(
                 f"threads ({threads}) and beam_size ({beam_size}) must be >= 1, "
                 f"partial_interval_ms ({partial_interval_ms}) >= 0, finish_timeout_s "
-                f"({finish_timeout_s}) > 0, draft_window_s ({draft_window_s}) within 1..30"
+                f"({finish_timeout_s}) > 0, draft_window_s ({draft_window_s}) and "
+                f"final_window_s ({final_window_s}) within 1..30"
             )
         path = Path(model_path) if model_path is not None else bundled_whisper_model()
         if not (path / "model.bin").is_file():
@@ -542,7 +549,7 @@ class WhisperRecognizer(Recognizer):
         self._timeout_s = finish_timeout_s
         self._buffer = np.zeros(_WHISPER_WINDOW_S * SAMPLE_RATE, dtype=np.int16)
         self._worker = _Worker(
-            self._decode_fn(model, language, beam_size, draft_window_s, prompt_as)
+            self._decode_fn(model, language, beam_size, (draft_window_s, final_window_s), prompt_as)
         )
         weakref.finalize(self, self._worker.close)
         # The first decode of a process is about 3x slower (allocations, kernel selection):
@@ -565,12 +572,18 @@ class WhisperRecognizer(Recognizer):
 
     @staticmethod
     def _decode_fn(
-        model: Any, language: str, beam_size: int, draft_window_s: float, prompt_as: str
+        model: Any,
+        language: str,
+        beam_size: int,
+        windows_s: tuple[float, float],
+        prompt_as: str,
     ) -> Callable[[_Job], RecognitionResult]:
+        draft_window_s, final_window_s = windows_s
+
         def decode(job: _Job) -> RecognitionResult:
             samples, draft, prompt = job.samples, job.draft, job.prompt
             audio = samples.astype(np.float32) / 32768.0
-            model.frames = encoder_frames(len(samples), draft_window_s) if draft else None
+            model.frames = encoder_frames(len(samples), draft_window_s if draft else final_window_s)
             segments, _ = model.transcribe(
                 audio,
                 language=language,
@@ -813,6 +826,7 @@ def make_recognizer(
     whisper_beam_size: int = 5,
     whisper_partial_interval_ms: int = 500,
     whisper_draft_window_s: float = 10.0,
+    whisper_final_window_s: float = 30.0,
 ) -> Recognizer:
     """Build the recogniser named by the fusion node's ``asr.engine`` parameter."""
     if engine == "pocketsphinx":
@@ -829,5 +843,6 @@ def make_recognizer(
             beam_size=whisper_beam_size,
             partial_interval_ms=whisper_partial_interval_ms,
             draft_window_s=whisper_draft_window_s,
+            final_window_s=whisper_final_window_s,
         )
     raise ConfigError(f"unknown ASR engine {engine!r}; allowed: {', '.join(ASR_ENGINES)}")

@@ -156,7 +156,19 @@ ENGINE_PARAMS = (
         "asr.whisper.draft_window_s",
         10.0,
         "Seconds of Whisper's 30 s window a partial transcript's encoder reads (greedy, "
-        "no word times), never less than the speech and 1 s; finals read the whole window",
+        "no word times), never less than the speech and 1 s; finals read "
+        "asr.whisper.final_window_s",
+        unit="s",
+        minimum=1.0,
+        maximum=30.0,
+        read_only=True,
+    ),
+    ParamSpec(
+        "asr.whisper.final_window_s",
+        30.0,
+        "Seconds of Whisper's 30 s window a full decode's encoder reads (the decode that "
+        "becomes the final transcript), never less than the speech and 1 s: 20 took 0.6x "
+        "of the time of 30 and heard more words wrong (benchmarks/asr.py)",
         unit="s",
         minimum=1.0,
         maximum=30.0,
@@ -332,6 +344,7 @@ def fusion_engines_from_params(
             whisper_beam_size=p["asr.whisper.beam_size"],
             whisper_partial_interval_ms=p["asr.whisper.partial_interval_ms"],
             whisper_draft_window_s=p["asr.whisper.draft_window_s"],
+            whisper_final_window_s=p["asr.whisper.final_window_s"],
         )
 
     def vision() -> VisionEncoder:
