@@ -185,6 +185,7 @@ def run_engine(
     if whisper:
         st = rec.stats
         one, full_ms, full_errors = [], [], [0, 0]
+        rec.wait_idle(60)  # decode_once shares the worker's model
         for _, ref, samples in utterances:
             t0 = time.perf_counter()
             text = rec.decode_once(samples).text  # one full decode of it all

@@ -311,10 +311,12 @@ def test_a_cut_final_window_is_what_the_final_decode_reads(whisper: WhisperRecog
     """The default finals read the whole window; ``final_window_s`` cuts what the encoder of
     a full decode reads, as ``draft_window_s`` does for drafts."""
     model = whisper._model
+    assert whisper.wait_idle(30)  # the worker's decodes set the same model's window
     whisper.decode_once(np.zeros(16_000, dtype=np.int16))
     assert model.frames == 3000
     cut = WhisperRecognizer(threads=2, final_window_s=20.0)
     try:
+        assert cut.wait_idle(30)  # past its warm-up decodes
         cut.decode_once(np.zeros(16_000, dtype=np.int16))
         assert cut._model.frames == 2000
         cut.decode_once(np.zeros(16_000, dtype=np.int16), draft=True)

@@ -627,7 +627,8 @@ class WhisperRecognizer(Recognizer):
 
     def decode_once(self, samples: np.ndarray, *, draft: bool = False) -> RecognitionResult:
         """One decode of ``samples`` on the caller's thread, as the worker makes a final
-        (``draft``: a partial); word times relative to the first sample. For measuring."""
+        (``draft``: a partial); word times relative to the first sample. For measuring, with
+        the worker idle (:meth:`wait_idle`): the two set the same model's encoder window."""
         return self._worker.decode(_Job(-1, check_pcm16k(samples), draft))
 
     @property
