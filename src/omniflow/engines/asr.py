@@ -549,7 +549,7 @@ class WhisperRecognizer(Recognizer):
         self._timeout_s = finish_timeout_s
         self._buffer = np.zeros(_WHISPER_WINDOW_S * SAMPLE_RATE, dtype=np.int16)
         self._worker = _Worker(
-            self._decode_fn(model, language, beam_size, (draft_window_s, final_window_s), prompt_as)
+            self._decode_fn(model, language, beam_size, draft_window_s, final_window_s, prompt_as)
         )
         weakref.finalize(self, self._worker.close)
         # The first decode of a process is about 3x slower (allocations, kernel selection):
@@ -575,11 +575,10 @@ class WhisperRecognizer(Recognizer):
         model: Any,
         language: str,
         beam_size: int,
-        windows_s: tuple[float, float],
+        draft_window_s: float,
+        final_window_s: float,
         prompt_as: str,
     ) -> Callable[[_Job], RecognitionResult]:
-        draft_window_s, final_window_s = windows_s
-
         def decode(job: _Job) -> RecognitionResult:
             samples, draft, prompt = job.samples, job.draft, job.prompt
             audio = samples.astype(np.float32) / 32768.0
