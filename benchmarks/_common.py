@@ -1,5 +1,5 @@
-"""What the benchmark scripts share: summaries of measured values, a process's memory and
-writing the result.
+"""What the benchmark scripts share: summaries of measured values, a process's memory,
+a CPU hog to measure under and writing the result.
 
 Every script runs as ``python benchmarks/<name>.py`` (``scripts/run_benchmarks.py`` does the
 same from the repository root), so this directory is on ``sys.path`` and ``import _common``
@@ -13,9 +13,13 @@ missing operand (or a zero reference), so the JSON never holds NaN.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
+import signal
+import subprocess
+import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -29,6 +33,7 @@ _FIGURES = {
     "min": np.min,
     "max": np.max,
 }
+CPU_HOG = Path(__file__).resolve().parents[1] / "scripts" / "cpu_hog.py"
 _PAGE_MB = os.sysconf("SC_PAGE_SIZE") / 2**20
 # The spread of a latency: median, p90 and the extremes.
 SPREAD = ("median", "p90", "min", "max")
@@ -112,3 +117,25 @@ def write_result(result: object, path: Path | None) -> None:
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text + "\n", encoding="utf-8")
+
+
+@contextlib.contextmanager
+def cpu_hog(cores: int):
+    """scripts/cpu_hog.py keeping ``cores`` cores busy; yields, then stops it and records
+    what it used (``cpu_s`` against ``wall_s``: what it got of the cores) in the dict."""
+    process = subprocess.Popen(
+        [sys.executable, str(CPU_HOG), "--cores", str(cores)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    used: dict[str, float] = {}
+    try:
+        process.stderr.readline()  # its workers are started
+        yield used
+    finally:
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=60)
+        if process.returncode != 0:
+            raise RuntimeError(f"cpu_hog failed:\n{err[-2000:]}")
+        used.update(json.loads(out.strip().splitlines()[-1]))

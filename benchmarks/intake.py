@@ -52,12 +52,10 @@ Run from the repository root::
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import random
 import re
-import signal
 import subprocess
 import sys
 import threading
@@ -65,10 +63,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from _common import ratio, write_result
+from _common import cpu_hog, ratio, write_result
 
 REPO = Path(__file__).resolve().parents[1]
-CPU_HOG = REPO / "scripts" / "cpu_hog.py"
 HELLO = REPO / "test" / "data" / "samples" / "hello.wav"
 LARGE_FRAMES = REPO / "config" / "fastdds" / "large_frames.xml"
 FRAME_RECEIVER = REPO / "config" / "fastdds" / "frame_receiver.xml"
@@ -319,28 +316,6 @@ def run_trial(node, condition: str, variant: Variant, args) -> dict:
         **rss.summary(),
         "fusion_rss_after_mb": rss_after,
     }
-
-
-@contextlib.contextmanager
-def cpu_hog(cores: int):
-    """scripts/cpu_hog.py keeping ``cores`` cores busy; yields, then stops it and records
-    what it used (``cpu_s`` against ``wall_s``: what it got of the cores) in the dict."""
-    process = subprocess.Popen(
-        [sys.executable, str(CPU_HOG), "--cores", str(cores)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    used: dict[str, float] = {}
-    try:
-        process.stderr.readline()  # its workers are started
-        yield used
-    finally:
-        process.send_signal(signal.SIGINT)
-        out, err = process.communicate(timeout=60)
-        if process.returncode != 0:
-            raise RuntimeError(f"cpu_hog failed:\n{err[-2000:]}")
-        used.update(json.loads(out.strip().splitlines()[-1]))
 
 
 def run_trials(node, condition: str, name: str, args) -> dict[str, object]:

@@ -42,6 +42,7 @@ ARGUMENTS = {
     "full_duplex": ["--passes", "8"],
     "intake": ["--seconds", "12"],
     "scene_bias": ["--quick"],
+    "device_stamps": ["--seconds", "30", "--hog-cores", "1"],
 }
 
 

@@ -51,7 +51,7 @@ def test_pulse_device_delivers_paced_stamped_blocks(pulse_server: str, tmp_path:
         first = source.read(FIRST_BLOCK_TIMEOUT_S)
         assert first is not None, f"no block within {FIRST_BLOCK_TIMEOUT_S} s from {pulse_server}"
         blocks: list[tuple[AudioBlock, float]] = [(first, time.monotonic())]
-        while len(blocks) < 25:  # ~1 s of audio
+        while len(blocks) < 50:  # ~2 s of audio
             block = source.read(1.0)
             assert block is not None, f"stream stalled after {len(blocks)} blocks"
             blocks.append((block, time.monotonic()))
@@ -75,7 +75,9 @@ def test_pulse_device_delivers_paced_stamped_blocks(pulse_server: str, tmp_path:
     captures = np.array([block.capture_time for block, _ in blocks])
     spacing = np.diff(captures)
     assert np.all(spacing > 0), f"capture times not increasing: {spacing}"
-    assert abs(float(np.median(spacing)) - BLOCK_S) < 0.002, f"spacing {spacing}"
+    # Past PulseAudio's first second: under load its first blocks came 80 ms apart on the
+    # device clock (15 in a row), then 40.
+    assert abs(float(np.median(spacing[25:])) - BLOCK_S) < 0.002, f"spacing {spacing}"
     assert source.dropped_total == 0
     assert source.clock.device_clock_ok, "PulseAudio's ALSA plugin reports a stream clock"
     assert warnings == []
@@ -107,8 +109,15 @@ def test_audio_capture_node_publishes_device_audio_stamped_at_capture(
         "omniflow.nodes.audio_capture", "audio_capture", {"source": "device", "device": "pulse"}
     )
     recorder = TopicRecorder(ros_node, AudioChunk, topic(process, "audio"), SENSOR_DATA)
-    recorder.wait_for(40, timeout=20 + FIRST_BLOCK_TIMEOUT_S)
-    received = recorder.received[5:]  # past PulseAudio's start-up latency changes
+    # Past PulseAudio's start-up latency changes (its offset settled 0.2 s later within the
+    # first half second, or the first 1.2 s under load) and the stamps' second to follow.
+    settled = 75  # blocks: 3 s of the stream
+    recorder.wait_until(
+        lambda msgs: any(msg.sequence >= settled + 50 for msg in msgs),
+        timeout=20 + FIRST_BLOCK_TIMEOUT_S,
+        what=f"block {settled + 50}",
+    )
+    received = [item for item in recorder.received if item.msg.sequence >= settled]
 
     stamps = np.array([ns_from_time(item.msg.header.stamp) for item in received])
     sequences = np.array([item.msg.sequence for item in received])
@@ -125,6 +134,9 @@ def test_audio_capture_node_publishes_device_audio_stamped_at_capture(
     assert slope == pytest.approx(40e6, rel=0.01), spacing_ms
     residual_blocks = (stamps - (slope * sequences + intercept)) / 40e6
     assert np.abs(residual_blocks).max() < 0.6, spacing_ms
+    # No block starts inside the one before it, though PulseAudio stamps two blocks in a
+    # row 40 ms early every few seconds: a consumer would drop it as audio received twice.
+    assert np.all(np.diff(stamps) >= np.diff(sequences) * 35e6), spacing_ms
     # Stamped when captured, not when published: always before the block arrived here.
     arrivals = np.array([item.wall_ns for item in received])
     assert np.all(stamps < arrivals)

@@ -4,11 +4,23 @@ from __future__ import annotations
 
 import threading
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from omniflow.core.timing import NS_PER_S, GapDetector, GapReport, Pacer, StreamClock, sequence_at
+from omniflow.core.audio_continuity import AudioContinuity
+from omniflow.core.timing import (
+    CHUNK_SAMPLES,
+    NS_PER_MS,
+    NS_PER_S,
+    DeviceStreamStamper,
+    GapDetector,
+    GapReport,
+    Pacer,
+    StreamClock,
+    sequence_at,
+)
 
 
 class FakeClock:
@@ -234,3 +246,129 @@ def test_sequence_at_rounds_to_the_nearest_block(
     capture: float, origin: float, period: float, expected: int
 ) -> None:
     assert sequence_at(capture, origin, period) == expected
+
+
+# --- DeviceStreamStamper -----------------------------------------------------------------
+
+PERIOD = 40 * NS_PER_MS
+
+
+def stamp_all(captures: list[int], dropped: dict[int, int] | None = None):
+    """Stamp blocks captured at ``captures`` (ns); ``dropped``: block index -> blocks the
+    device reported lost before it."""
+    stamper = DeviceStreamStamper(PERIOD)
+    return [stamper.stamp(c, (dropped or {}).get(i, 0)) for i, c in enumerate(captures)]
+
+
+def test_jittered_capture_times_become_one_block_apart_and_never_overlap() -> None:
+    """Callbacks late and then two at once (a loaded machine): capture times 10 to 70 ms
+    apart. Each block keeps its own index, and a consumer that refuses audio it already
+    holds keeps every sample."""
+    rng = np.random.default_rng(3)
+    jitter = rng.integers(-25 * NS_PER_MS, 25 * NS_PER_MS, 500)
+    jitter[100:110] = 30 * NS_PER_MS  # a stall, then the backlog in a burst
+    jitter[110] = -30 * NS_PER_MS
+    captures = [5 * NS_PER_S + i * PERIOD + int(j) for i, j in enumerate(jitter)]
+    stamped = stamp_all(captures)
+    assert [s.sequence for s in stamped] == list(range(500))
+    steps = np.diff([s.stamp_ns for s in stamped])
+    assert steps.min() >= PERIOD - PERIOD // 8 and steps.max() <= 2 * PERIOD
+    assert np.std(steps) < np.std(np.diff(captures)) / 2
+    continuity = AudioContinuity()
+    block = np.zeros(CHUNK_SAMPLES, np.int16)
+    kept = [continuity.observe(s.sequence, s.stamp_ns, block).samples for s in stamped]
+    assert sum(len(k) for k in kept if k is not None) == 500 * CHUNK_SAMPLES
+    assert continuity.counts.overlaps == 0
+
+
+def test_taken_as_they_come_the_same_times_overlapped_and_lost_audio() -> None:
+    """The same jitter stamped raw: what the consumer dropped before this stamper."""
+    captures = [i * PERIOD + (25 if i % 2 else -25) * NS_PER_MS for i in range(100)]
+    continuity = AudioContinuity()
+    block = np.zeros(CHUNK_SAMPLES, np.int16)
+    for i, capture in enumerate(captures):
+        continuity.observe(i, capture, block)
+    assert continuity.counts.overlaps > 0 and continuity.counts.overlap_ms > 0
+
+
+def test_blocks_stamped_a_block_early_twice_move_the_stream_a_quarter_block() -> None:
+    """Seen through PulseAudio every few seconds: two blocks 40 ms early, then back."""
+    captures = [i * PERIOD - (40 * NS_PER_MS if i in (20, 21) else 0) for i in range(40)]
+    stamped = stamp_all(captures)
+    assert [s.sequence for s in stamped] == list(range(40))
+    errors = [s.stamp_ns - c for s, c in zip(stamped, captures, strict=True)]
+    assert min(errors[20:]) >= -2 * PERIOD // 8 and abs(errors[-1]) < NS_PER_MS
+
+
+def test_a_start_up_offset_settling_ahead_is_followed_within_a_second() -> None:
+    """PulseAudio's first blocks: the offset settles 206 ms later after 11 blocks."""
+    captures = [i * PERIOD + (206 * NS_PER_MS if i >= 11 else 0) for i in range(60)]
+    stamped = stamp_all(captures)
+    errors = [abs(s.stamp_ns - c) for s, c in zip(stamped, captures, strict=True)]
+    assert max(errors[11 + 25 :]) < NS_PER_MS
+
+
+def test_stamps_follow_a_device_clock_that_runs_fast_within_a_few_ms() -> None:
+    """A null sink's blocks came 0.6 % further apart than 40 ms on a loaded machine."""
+    captures = [round(i * PERIOD * 1.006) for i in range(2000)]
+    stamped = stamp_all(captures)
+    errors = [s.stamp_ns - c for s, c in zip(stamped, captures, strict=True)][200:]
+    assert max(abs(e) for e in errors) < 5 * NS_PER_MS
+
+
+def test_reported_drops_advance_the_sequence_and_the_stamp() -> None:
+    captures = [i * PERIOD for i in range(10)]
+    del captures[5:8]  # three blocks never reached the node; the device said so
+    stamped = stamp_all(captures, dropped={5: 3})
+    assert [s.sequence for s in stamped] == [0, 1, 2, 3, 4, 8, 9]
+    assert [s.stamp_ns for s in stamped] == [i * PERIOD for i in (0, 1, 2, 3, 4, 8, 9)]
+    detector = GapDetector()
+    for s in stamped:
+        detector.observe(s.sequence)
+    assert (detector.gaps, detector.missing) == (1, 3)
+
+
+def test_an_unreported_gap_over_a_second_skips_whole_blocks() -> None:
+    captures = [i * PERIOD for i in range(5)] + [(4 + 40) * PERIOD + 7 * NS_PER_MS]
+    stamped = stamp_all(captures)
+    assert (stamped[-1].sequence, stamped[-1].skipped) == (44, 39)
+    assert stamped[-1].stamp_ns == captures[-1]
+
+
+def test_a_clock_stepping_back_restarts_the_stream_far_enough_to_be_seen_as_one() -> None:
+    captures = [10 * NS_PER_S + i * PERIOD for i in range(5)] + [8 * NS_PER_S]
+    stamped = stamp_all(captures)
+    assert stamped[-1].stepped_back and stamped[-1].stamp_ns == 8 * NS_PER_S
+    assert stamped[-1].sequence == 5  # the index still counts blocks
+    continuity = AudioContinuity()
+    block = np.zeros(CHUNK_SAMPLES, np.int16)
+    for s in stamped:
+        verdict = continuity.observe(s.sequence, s.stamp_ns, block)
+    assert continuity.counts.restarts == 1 and len(verdict.samples) == CHUNK_SAMPLES
+
+
+def test_a_clock_stepping_back_less_than_a_second_is_slewed_without_overlap() -> None:
+    captures = [10 * NS_PER_S + i * PERIOD for i in range(5)]
+    captures += [10 * NS_PER_S - 300 * NS_PER_MS + i * PERIOD for i in range(5, 400)]
+    stamped = stamp_all(captures)
+    assert not any(s.stepped_back for s in stamped)
+    assert min(np.diff([s.stamp_ns for s in stamped])) == PERIOD - PERIOD // 8  # 5 ms
+    assert abs(stamped[-1].stamp_ns - captures[-1]) < NS_PER_MS
+
+
+def test_a_stream_resumed_after_a_pause_numbers_its_blocks_from_the_first_origin() -> None:
+    first = DeviceStreamStamper(PERIOD)
+    for i in range(5):
+        first.stamp(3 * NS_PER_S + i * PERIOD)
+    resumed = DeviceStreamStamper(PERIOD, origin_ns=first.origin_ns)
+    stamped = [resumed.stamp(3 * NS_PER_S + 500 * NS_PER_MS + i * PERIOD) for i in range(3)]
+    assert [s.sequence for s in stamped] == [12, 13, 14]  # 0.5 s paused: a gap after 4
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"period_ns": 0}, {"period_ns": PERIOD, "gain": 0}, {"period_ns": PERIOD, "step_ns": PERIOD}],
+)
+def test_stamper_refuses_nonsense_settings(kwargs: dict) -> None:
+    with pytest.raises(ValueError, match="period_ns > 0"):
+        DeviceStreamStamper(**kwargs)

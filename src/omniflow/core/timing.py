@@ -3,8 +3,10 @@
 File sources have no clock of their own: the node paces them in real time (or at a rate
 factor) with :class:`Pacer`, and stamps them in *stream time* with :class:`StreamClock`,
 so consecutive chunks are exactly one period apart whatever the scheduling jitter.
-Live devices carry capture times; :class:`GapDetector` turns those (or sequence numbers)
-into counted gaps, so a lost block is reported instead of silently stitched over.
+Live devices carry capture times, with scheduling jitter: :class:`DeviceStreamStamper`
+stamps their blocks as one stream that follows those times. :class:`GapDetector` turns
+sequence numbers into counted gaps, so a lost block is reported instead of silently stitched
+over.
 No ROS imports: stamps are integer nanoseconds.
 """
 
@@ -160,3 +162,82 @@ class GapDetector:
 def sequence_at(capture_s: float, origin_s: float, period_s: float) -> int:
     """The block index of a capture time in a stream that started at ``origin_s``."""
     return round((capture_s - origin_s) / period_s)
+
+
+@dataclass(frozen=True)
+class Stamped:
+    """One block of a live device stream: its stamp (ns), its index in the stream, and
+    whether the stream stepped at it (``skipped`` blocks ahead, or back in time)."""
+
+    stamp_ns: int
+    sequence: int
+    skipped: int = 0
+    stepped_back: bool = False
+
+
+class DeviceStreamStamper:
+    """Stamps and numbers a live device's blocks as one unbroken stream.
+
+    A device's capture times jitter: without a device clock a block is stamped when its
+    callback runs, and the device-to-host offset is re-estimated when callbacks come late, so
+    two blocks in a row may be stamped 10 ms or 70 ms apart. Taken as they come, such stamps
+    repeat a block index and start a block inside the one before it, and a consumer that
+    refuses audio it already holds (the fusion node) drops the overlap: audio lost. Here
+    block *n* is stamped ``anchor + n * period``; ``n`` counts the blocks and the ones the
+    device reports dropped, and the anchor follows the capture times by a ``gain`` of each
+    block's error (clock drift, an offset re-estimated: PulseAudio's settles 0.2 s later
+    in its first half second), back by at most ``back_ns`` a block and ahead by at most a
+    period: a block starts at most ``back_ns`` inside the one before it, which consumers
+    take as stamping jitter (the fusion node up to 20 ms), and PortAudio's blocks stamped
+    40 ms early for two blocks in a row (seen through PulseAudio, every few seconds) move
+    the stream 10 ms, not 40. A capture time
+    further than ``step_ns`` from the stream moves it at once: ahead by whole blocks (lost
+    without the device saying so: a gap in the sequence), or back (a clock that stepped:
+    at least ``step_ns``, which a consumer takes as a new stream rather than as overlap).
+
+    A stream resumed after a pause passes the first stream's ``origin_ns``: its first block
+    is then numbered by the time since (:func:`sequence_at`), so the pause is a gap.
+    """
+
+    def __init__(
+        self,
+        period_ns: int,
+        gain: float = 1 / 4,
+        back_ns: int | None = None,
+        step_ns: int = NS_PER_S,
+        origin_ns: int | None = None,
+    ) -> None:
+        if period_ns <= 0 or not 0 < gain <= 1 or step_ns <= period_ns:
+            raise ValueError("need period_ns > 0, 0 < gain <= 1 and step_ns > period_ns")
+        self.period_ns = period_ns
+        self.gain = gain
+        self.back_ns = period_ns // 8 if back_ns is None else back_ns
+        self.step_ns = step_ns
+        self.origin_ns = origin_ns  # the stamp of block 0; the first block's when None
+        self._anchor_ns: int | None = None
+        self._sequence = -1
+
+    def stamp(self, capture_ns: int, dropped: int = 0) -> Stamped:
+        """The next block, captured at ``capture_ns``, after ``dropped`` blocks the device
+        reported lost since the previous one."""
+        if self._anchor_ns is None:
+            if self.origin_ns is None:
+                self.origin_ns = capture_ns
+            self._sequence = max(0, sequence_at(capture_ns, self.origin_ns, self.period_ns))
+            self._anchor_ns = capture_ns - self._sequence * self.period_ns
+            return Stamped(capture_ns, self._sequence)
+        sequence = self._sequence + 1 + dropped
+        error = capture_ns - (self._anchor_ns + sequence * self.period_ns)
+        skipped, back = 0, False
+        if error > self.step_ns:
+            skipped = error // self.period_ns
+            sequence += skipped
+            self._anchor_ns = capture_ns - sequence * self.period_ns
+        elif error < -self.step_ns:
+            back = True
+            self._anchor_ns = capture_ns - sequence * self.period_ns
+        else:
+            slew = round(error * self.gain)
+            self._anchor_ns += max(-self.back_ns, min(self.period_ns, slew))
+        self._sequence = sequence
+        return Stamped(self._anchor_ns + sequence * self.period_ns, sequence, skipped, back)

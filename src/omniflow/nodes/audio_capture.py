@@ -6,7 +6,14 @@ import threading
 
 from omniflow.core.params import ParamSpec
 from omniflow.core.stats import CaptureStats
-from omniflow.core.timing import NS_PER_S, SAMPLE_RATE, GapDetector, Pacer, StreamClock, sequence_at
+from omniflow.core.timing import (
+    NS_PER_S,
+    SAMPLE_RATE,
+    DeviceStreamStamper,
+    GapDetector,
+    Pacer,
+    StreamClock,
+)
 from omniflow.devices.audio import AudioSource, open_audio_source
 from omniflow.errors import ConfigError
 from omniflow.msg import AudioChunk
@@ -75,9 +82,11 @@ class AudioCaptureNode(DeviceNode):
         publishes:
             ``audio`` (omniflow/msg/AudioChunk, sensor-data QoS): one block per
             ``chunk_ms``; ``header.stamp`` is the capture time of the block's first sample
-            (the device's ADC time mapped onto the node clock; for files, stream time from
-            activation), ``sequence`` is the block's index in stream time, so a jump of k
-            means k - 1 blocks were lost.
+            in stream time: one ``chunk_ms`` a block, from activation for files, and for
+            devices following the device's ADC times mapped onto the node clock (see
+            ``DeviceStreamStamper``: scheduling jitter never makes blocks overlap);
+            ``sequence`` is the block's index in the stream, so a jump of k means k - 1
+            blocks were lost.
             ``/diagnostics`` (diagnostic_msgs/DiagnosticArray, 1 Hz): counts of published
             blocks, overflows, gaps, drops and read errors.
             ``~/status`` (std_msgs/String JSON, latched, 1 Hz): the same counts, and
@@ -93,7 +102,8 @@ class AudioCaptureNode(DeviceNode):
         super().__init__("audio_capture", PARAMS, **kwargs)
         self._publisher = None
         self._gaps = GapDetector()
-        self._origin_ns: int | None = None
+        self._origin_ns: int | None = None  # block 0 of the stream since configure
+        self._stamper: DeviceStreamStamper | None = None
         self._pacer: Pacer | None = None
         self._stream: StreamClock | None = None
         self.block_frames  # noqa: B018 - refuse a chunk that is not whole samples at start-up
@@ -140,6 +150,7 @@ class AudioCaptureNode(DeviceNode):
     def start_stream(self) -> None:
         self._pacer = Pacer(self.params["chunk_ms"] / 1000, rate=self.params["file.rate"])
         self._stream = StreamClock(self.now_ns())
+        self._stamper = DeviceStreamStamper(self.period_ns, origin_ns=self._origin_ns)
 
     def step(self, stop: threading.Event) -> None:
         source = self.device
@@ -153,12 +164,20 @@ class AudioCaptureNode(DeviceNode):
             block = source.read(0.0)
             self.stats.pacing_resyncs = self._pacer.resyncs
         if block.capture_time is None:
-            stamp_ns = self._stream.tick(self.period_ns)
+            capture_ns = self._stream.tick(self.period_ns)
         else:
-            stamp_ns = self.stamp_from_monotonic(block.capture_time)
-        if self._origin_ns is None:
-            self._origin_ns = stamp_ns
-        sequence = sequence_at(stamp_ns, self._origin_ns, self.period_ns)
+            capture_ns = self.stamp_from_monotonic(block.capture_time)
+        stamped = self._stamper.stamp(capture_ns, block.dropped_blocks)
+        self._origin_ns = self._stamper.origin_ns
+        stamp_ns, sequence = stamped.stamp_ns, stamped.sequence
+        if stamped.stepped_back:
+            self.stats.restarts += 1
+            self.get_logger().warning(
+                "audio capture time went back more than "
+                f"{self._stamper.step_ns / NS_PER_S:.0f} s (a clock step): the stream "
+                "restarts there",
+                throttle_duration_sec=5.0,
+            )
         self._account(sequence, block.overflow, block.dropped_blocks)
         self._publisher.publish(
             conversions.audio_chunk(
@@ -166,7 +185,7 @@ class AudioCaptureNode(DeviceNode):
                 stamp_ns=stamp_ns,
                 frame_id=self.frame_id,
                 sample_rate=source.sample_rate,
-                sequence=max(sequence, 0),
+                sequence=sequence,
             )
         )
         self.stats.published += 1
@@ -189,7 +208,7 @@ class AudioCaptureNode(DeviceNode):
                 f"before block {sequence}",
                 throttle_duration_sec=5.0,
             )
-        if report.backwards:
+        if report.backwards:  # resumed on a clock that went back (sim time restarted)
             self.stats.restarts += 1
             logger.warning(
                 f"audio stream time went backwards (block {sequence}); restarting gap tracking",
