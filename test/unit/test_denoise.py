@@ -10,8 +10,6 @@ figures (benchmarks/hearing.py --denoise).
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 from scipy.signal import correlate
@@ -40,15 +38,15 @@ def babble_voices(tmp_path_factory: pytest.TempPathFactory) -> list[np.ndarray]:
     return [espeak(line, tmp / f"{i}.wav") for i, line in enumerate(lines)]
 
 
-def run_blocks(engine, mix: np.ndarray) -> tuple[np.ndarray, list[float]]:
-    out, costs = [], []
+def run_blocks(engine, mix: np.ndarray) -> np.ndarray:
+    """The engine's output for ``mix`` fed a 40 ms block at a time (its cost per block is
+    benchmarks/hearing.py's to time, not a test's)."""
+    out = []
     for i in range(0, len(mix), BLOCK):
-        t0 = time.perf_counter()
         block = engine.process(mix[i : i + BLOCK])
-        costs.append((time.perf_counter() - t0) * 1000)
         assert block.dtype == np.int16 and len(block) == len(mix[i : i + BLOCK])
         out.append(block)
-    return np.concatenate(out), costs
+    return np.concatenate(out)
 
 
 # Least SNR gain (dB) each engine gives in a fan's steady noise (measured here: speex ~3.4,
@@ -68,12 +66,10 @@ def fan_room(speech: np.ndarray, snr_db: float) -> tuple[np.ndarray, np.ndarray]
 
 @pytest.mark.parametrize("name", sorted(GAINS))
 @pytest.mark.parametrize("snr_db", [10.0, 5.0])
-def test_suppressor_raises_the_snr_of_speech_in_steady_noise_within_its_budget(
-    speech, name, snr_db
-):
+def test_suppressor_raises_the_snr_of_speech_in_steady_noise(speech, name, snr_db):
     mix, clean = fan_room(speech, snr_db)
     engine = make_denoiser(name)
-    out, costs = run_blocks(engine, mix)
+    out = run_blocks(engine, mix)
     gain = snr_gain_db(clean[WARM:], mix[WARM:], out[WARM:], max_lag=800)
     assert gain >= GAINS[name], f"{name} in fan noise at {snr_db:g} dB: {gain:.1f} dB"
     # The delay it reports is the one the output has (and is bounded).
@@ -81,8 +77,6 @@ def test_suppressor_raises_the_snr_of_speech_in_steady_noise_within_its_budget(
     lag = int(np.argmax(xcorr[len(clean) - 1 :][:1600]))
     assert lag == pytest.approx(engine.latency_ms * RATE / 1000, abs=2)
     assert engine.latency_ms < 40.0
-    # A 40 ms block must cost far less than 40 ms (median; loose for a shared machine).
-    assert np.median(costs) < (5.0 if name == "speex" else 25.0), costs
 
 
 def test_rnnoise_distorts_a_voice_in_babble_so_it_is_not_the_default(speech, babble_voices):
@@ -91,7 +85,7 @@ def test_rnnoise_distorts_a_voice_in_babble_so_it_is_not_the_default(speech, bab
     n = WARM + len(speech)
     room = babble_noise(babble_voices, n, np.random.default_rng(11))
     mix, _ = mix_at_snr(speech, room, 10.0, at=WARM)
-    out, _ = run_blocks(RnnoiseDenoiser(), mix)
+    out = run_blocks(RnnoiseDenoiser(), mix)
     clean = np.zeros(n)
     clean[WARM:] = speech
     assert snr_gain_db(clean[WARM:], mix[WARM:], out[WARM:], max_lag=800) < 0.0
@@ -101,10 +95,10 @@ def test_speex_adds_no_delay_for_whole_frames_and_resets():
     engine = SpeexDenoiser()
     rng = np.random.default_rng(2)
     noise = (fan_noise(RATE, rng) * 2000).astype(np.int16)
-    first, _ = run_blocks(engine, noise)
+    first = run_blocks(engine, noise)
     assert engine.latency_ms == 20.0  # its frame, nothing more
     engine.reset()
-    again, _ = run_blocks(engine, noise)
+    again = run_blocks(engine, noise)
     assert np.array_equal(first, again)  # the same noise estimate from scratch
 
 
