@@ -190,10 +190,10 @@ class DeviceStreamStamper:
     period: a block starts at most ``back_ns`` inside the one before it, which consumers
     take as stamping jitter (the fusion node up to 20 ms), and PortAudio's blocks stamped
     40 ms early for two blocks in a row (seen through PulseAudio, every few seconds) move
-    the stream 10 ms, not 40. A capture time
-    further than ``step_ns`` from the stream moves it at once: ahead by whole blocks (lost
-    without the device saying so: a gap in the sequence), or back (a clock that stepped:
-    at least ``step_ns``, which a consumer takes as a new stream rather than as overlap).
+    the stream 10 ms, not 40. A capture time further than ``step_ns`` from the stream moves
+    it at once: ahead by whole blocks (lost without the device saying so: a gap in the
+    sequence), or back (a clock that stepped: at least ``step_ns``, which a consumer takes as
+    a new stream rather than as overlap).
 
     A stream resumed after a pause passes the first stream's ``origin_ns``: its first block
     is then numbered by the time since (:func:`sequence_at`), so the pause is a gap.

@@ -102,8 +102,7 @@ class AudioCaptureNode(DeviceNode):
         super().__init__("audio_capture", PARAMS, **kwargs)
         self._publisher = None
         self._gaps = GapDetector()
-        self._origin_ns: int | None = None  # block 0 of the stream since configure
-        self._stamper: DeviceStreamStamper | None = None
+        self._stamper: DeviceStreamStamper | None = None  # holds block 0 since configure
         self._pacer: Pacer | None = None
         self._stream: StreamClock | None = None
         self.block_frames  # noqa: B018 - refuse a chunk that is not whole samples at start-up
@@ -145,12 +144,13 @@ class AudioCaptureNode(DeviceNode):
     def destroy_outputs(self) -> None:
         self.destroy_lifecycle_publisher(self._publisher)
         self._publisher = None
-        self._origin_ns = None
+        self._stamper = None
 
     def start_stream(self) -> None:
         self._pacer = Pacer(self.params["chunk_ms"] / 1000, rate=self.params["file.rate"])
         self._stream = StreamClock(self.now_ns())
-        self._stamper = DeviceStreamStamper(self.period_ns, origin_ns=self._origin_ns)
+        origin_ns = None if self._stamper is None else self._stamper.origin_ns
+        self._stamper = DeviceStreamStamper(self.period_ns, origin_ns=origin_ns)
 
     def step(self, stop: threading.Event) -> None:
         source = self.device
@@ -168,7 +168,6 @@ class AudioCaptureNode(DeviceNode):
         else:
             capture_ns = self.stamp_from_monotonic(block.capture_time)
         stamped = self._stamper.stamp(capture_ns, block.dropped_blocks)
-        self._origin_ns = self._stamper.origin_ns
         stamp_ns, sequence = stamped.stamp_ns, stamped.sequence
         if stamped.stepped_back:
             self.stats.restarts += 1
