@@ -12,8 +12,9 @@ seems to go on in every pause, most turns are cancelled before their first word,
 recogniser, running behind, hears words in noise (a stress, not a conversation).
 
 Every ``--sample-s`` seconds it reads, per node process, the resident set size, the threads
-and the open file descriptors (``/proc``), and the number of nodes in the ROS graph (a leak of
-DDS participants or nodes shows there). Per loop: the answers (final response chunks) and the
+and the open file descriptors (``/proc``), and the nodes in the ROS graph under the soak's namespace
+(a leak of DDS participants or nodes shows there; nodes of other programs in the same domain
+are listed, not judged). Per loop: the answers (final response chunks) and the
 latency from each final transcript to the first chunk of the answer it started (wall time of
 arrival here), the final transcripts heard, the user's words each turn answered (carried-over
 words included), and why the dialogue changed state (the
@@ -66,6 +67,29 @@ def proc_figures(pid: int) -> dict[str, float] | None:
     except (FileNotFoundError, ProcessLookupError):
         return None
     return {"rss_mb": rss, "threads": threads, "fds": fds}
+
+
+def graph_names(node) -> list[str]:
+    """Every node the ROS graph holds, by full name."""
+    return sorted(f"{ns.rstrip('/')}/{name}" for name, ns in node.get_node_names_and_namespaces())
+
+
+def graph_growth(graph_nodes: list[tuple[float, list[str]]], namespace: str) -> dict | None:
+    """The soak's own nodes (those in its namespace: every node its processes create is
+    there) at the first and last sample, and which appeared or went in between, by name; and
+    the nodes of the same domain outside it (other programs, which the soak does not judge)."""
+    if not graph_nodes:
+        return None
+    prefix = namespace.rstrip("/") + "/"
+    first = {n for n in graph_nodes[0][1] if n.startswith(prefix)}
+    last = {n for n in graph_nodes[-1][1] if n.startswith(prefix)}
+    return {
+        "first": len(first),
+        "last": len(last),
+        "appeared": sorted(last - first),
+        "gone": sorted(first - last),
+        "outside": sorted(n for n in graph_nodes[-1][1] if not n.startswith(prefix)),
+    }
 
 
 @dataclass
@@ -146,7 +170,7 @@ def run(minutes: float, warmup: float, rate: float, sample_s: float, logs: Path 
     player = Player(node, reader, namespace=namespace, rate=rate, clock=True, remap=remap)
     stop = threading.Event()
     samples: list[tuple[float, str, dict[str, float]]] = []  # (minute, node, figures)
-    graph_nodes: list[tuple[float, int]] = []
+    graph_nodes: list[tuple[float, list[str]]] = []  # (minute, every node's full name)
     loop_starts: list[float] = []
     try:
         with spinning(node):
@@ -180,7 +204,7 @@ def run(minutes: float, warmup: float, rate: float, sample_s: float, logs: Path 
                         figures = proc_figures(process.process.pid)
                         if figures is not None:
                             samples.append((minute, name, figures))
-                    graph_nodes.append((minute, len(node.get_node_names_and_namespaces())))
+                    graph_nodes.append((minute, graph_names(node)))
                     next_sample += sample_s
                 time.sleep(0.2)
             stop.set()
@@ -197,12 +221,11 @@ def run(minutes: float, warmup: float, rate: float, sample_s: float, logs: Path 
         supervisor.close()
         node.destroy_node()
         rclpy.shutdown(context=context)
-    return report(
-        names, samples, graph_nodes, outputs, player, respawn_lines, minutes, warmup, rate
-    )
+    graph = graph_growth(graph_nodes, namespace)
+    return report(names, samples, graph, outputs, player, respawn_lines, minutes, warmup, rate)
 
 
-def report(names, samples, graph_nodes, outputs, player, respawn_lines, minutes, warmup, rate):
+def report(names, samples, graph, outputs, player, respawn_lines, minutes, warmup, rate):
     nodes = {}
     for name in names:
         rows = [(m, f) for m, n, f in samples if n == name]
@@ -247,7 +270,7 @@ def report(names, samples, graph_nodes, outputs, player, respawn_lines, minutes,
         "rate": rate,
         "loops": loops,
         "respawns": [line.splitlines()[0] for line in respawn_lines],
-        "graph_nodes": [graph_nodes[0][1], graph_nodes[-1][1]] if graph_nodes else None,
+        "graph_nodes": graph,
         "nodes": nodes,
         "answers_per_loop": summary([p["answers"] for p in per_loop[:-1]], 1),
         "latency_s_after_warmup": summary(warm, 3),

@@ -1,9 +1,9 @@
 """Tier 2: the short soak. ``benchmarks/soak.py`` for a minute of wall time: the
 bundled session looped at 1x through fusion, dialogue, speech and the power manager over DDS.
 
-Nothing dies (no respawn), every loop is answered, the nodes' threads, open descriptors and
-the ROS graph do not grow after the warm-up, and no node counts an engine error. The long run
-(30 minutes, RSS slopes) is the benchmark's own (README, "Figures")."""
+Nothing dies (no respawn), every loop is answered, the nodes' threads and open descriptors do
+not grow after the warm-up, no node appears in the soak's graph, and no node counts an engine
+error. The long run (30 minutes, RSS slopes) is the benchmark's own (README, "Figures")."""
 
 from __future__ import annotations
 
@@ -43,8 +43,10 @@ def test_a_short_soak_keeps_answering_with_flat_threads_and_descriptors(tmp_path
     assert result["loops"] >= 3, result
     assert result["respawns"] == [], result["respawns"]
     assert result["answers_per_loop"]["median"] >= 1, result["per_loop"]
-    first, last = result["graph_nodes"]
-    assert last <= first, result["graph_nodes"]
+    # The soak's own nodes; nodes of other programs in the domain are listed, not judged.
+    graph = result["graph_nodes"]
+    assert graph["first"] >= len(result["nodes"]) + 1, graph
+    assert graph["appeared"] == [], graph
     for name, node in result["nodes"].items():
         assert node is not None, f"{name} was never sampled"
         # A turn's synthesis and decoding start short-lived threads and pipes: a sample can
