@@ -104,20 +104,25 @@ def read_bag(path: Path) -> list[tuple[int, str, object]]:
         ]
 
 
-def play(node, namespace: str, messages: list[tuple[int, str, object]], loops: int) -> None:
-    """Publish the bag ``loops`` times at real speed, /clock leading every message."""
-    clock = node.create_publisher(Clock, f"{namespace}/clock", 10)
+def publishers(node, namespace: str) -> dict:
+    """The bag's publishers, by topic, and ``/clock``'s, made once for every pass."""
     pubs = {
         topic: node.create_publisher(msg_type, f"{namespace}{topic}", SENSOR_DATA)
         for topic, msg_type in (("/audio", AudioChunk), ("/image_raw", Image))
     }
+    pubs["/clock"] = node.create_publisher(Clock, f"{namespace}/clock", 10)
+    return pubs
+
+
+def play(pubs: dict, messages: list[tuple[int, str, object]], loops: int) -> None:
+    """Publish the bag ``loops`` times at real speed, /clock leading every message."""
     for _ in range(loops):
         t0 = time.monotonic()
         for stamp, topic, msg in messages:
             pause = (stamp - SIM_ORIGIN_NS) / _S - (time.monotonic() - t0)
             if pause > 0:
                 time.sleep(pause)
-            clock.publish(Clock(clock=conversions.time_from_ns(stamp + 40 * _MS)))
+            pubs["/clock"].publish(Clock(clock=conversions.time_from_ns(stamp + 40 * _MS)))
             pubs[topic].publish(msg)
 
 
@@ -181,23 +186,26 @@ def test_fusion_runs_in_sim_time_from_a_bag_and_survives_the_loop(ros_node, tmp_
     transcripts = TopicRecorder(ros_node, Transcript, f"{namespace}/transcript", EVENTS)
     associations = TopicRecorder(ros_node, Association, f"{namespace}/associations", EVENTS)
     diagnostics = TopicRecorder(ros_node, DiagnosticArray, f"{namespace}/diagnostics", 10)
-    clock = ros_node.create_publisher(Clock, f"{namespace}/clock", 10)
+    pubs = publishers(ros_node, namespace)
+    clock = pubs["/clock"]
     with NodeProcess(spec) as fusion:
         try:
-            # The node's subscriptions exist once it is constructed; models load after.
+            # The node's subscriptions exist once it is constructed; models load after. Each
+            # of our publishers waits to be matched (its first messages would be lost).
             deadline = time.monotonic() + 90
             while (
-                ros_node.count_subscribers(f"{namespace}/audio") < 1
-                or ros_node.count_subscribers(f"{namespace}/clock") < 1
+                any(pub.get_subscription_count() < 1 for pub in pubs.values())
                 or "configured:" not in fusion.output()
             ):
                 assert fusion.running, fusion.output()[-3000:]
-                assert time.monotonic() < deadline, "fusion did not start within 90 s"
+                unmatched = [t for t, pub in pubs.items() if pub.get_subscription_count() < 1]
+                assert time.monotonic() < deadline, (
+                    f"fusion did not start within 90 s (unmatched: {unmatched})"
+                )
                 clock.publish(Clock(clock=conversions.time_from_ns(SIM_ORIGIN_NS)))
                 time.sleep(0.1)
-            time.sleep(1.0)  # our publishers and its subscriptions match
 
-            play(ros_node, namespace, messages, loops=1)
+            play(pubs, messages, loops=1)
             end_ns = messages[-1][0] + 40 * _MS
             first, first_sim_ns = wait_ticking(
                 transcripts,
@@ -223,7 +231,7 @@ def test_fusion_runs_in_sim_time_from_a_bag_and_survives_the_loop(ros_node, tmp_
             for candidate in record.candidates:
                 assert in_sim_time(ns_from_time(candidate.stamp), loop_s)
 
-            play(ros_node, namespace, messages, loops=1)  # the bag again: the clock jumps back
+            play(pubs, messages, loops=1)  # the bag again: the clock jumps back
 
             def second_pass(msg: Transcript) -> bool:  # the speech again, from the origin
                 return (
