@@ -196,9 +196,10 @@ def test_hostile_or_unsayable_text_is_spoken_or_skipped_never_executed(ros_node,
             talk.wait_speaking(turn, timeout=1.5)
         except TimeoutError:
             pass
-        # The node is still up and speaks the next turn (which stops whatever it still says).
+        # The node is still up and speaks the next turn (which stops whatever it still says:
+        # a phrase being synthesised ends first, and the long text's phrases are long).
         talk.say(turn + 1, "Still here.")
-        talk.wait_speaking(turn + 1)
+        talk.wait_speaking(turn + 1, timeout=30)
         assert process.running, kind
         for name in ("omniflow-pwned", "omniflow-pwned2", "omniflow-pwned3"):
             assert not (Path("/tmp") / name).exists(), kind
