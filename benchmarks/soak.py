@@ -22,10 +22,12 @@ words included), and why the dialogue changed state (the
 the words were not heard, the turn was cancelled (by what) or the answer never came. At the
 end, each node's ``~/status`` counters; ``--logs DIR`` keeps each node's output there.
 
-Reported: per node RSS at start, after ``--warmup`` minutes and at the end, and its slope
-after the warm-up (MB/hour, least squares; target <= 0.03), threads and descriptors at the
-same points; answers and median latency per loop, and the latency of the first loops after
-the warm-up against the last ones (drift). Prints JSON; ``--json PATH`` also writes it.
+Reported: per node RSS at start, after ``--warmup`` minutes and at the end, and its slope after
+the warm-up (MB/hour, least squares; target <= 0.03), the same split by what is resident (the
+brk heap, other anonymous memory, DDS shared-memory segments, pages of mapped files:
+``/proc/<pid>/smaps``), threads and descriptors at the same points; answers and median latency
+per loop, and the latency of the first loops after the warm-up against the last ones (drift).
+Prints JSON; ``--json PATH`` also writes it.
 
     .venv/bin/python benchmarks/soak.py --minutes 30 --warmup 5 --json build/bench/soak.json
 """
@@ -57,16 +59,45 @@ from omniflow.ros.bag_io import Player
 from omniflow.ros.monitor import spinning
 from omniflow.ros.qos import EVENTS, LATCHED, STATE_CHANGES
 
+#: What a process's resident memory is, by mapping (``/proc/<pid>/smaps``): the brk heap,
+#: other anonymous memory (malloc's other arenas, Python's object arenas, thread stacks), the
+#: DDS middleware's shared-memory segments, and pages of mapped files (libraries, models).
+RSS_KINDS = ("heap", "anon", "shm", "file")
 
-def proc_figures(pid: int) -> dict[str, float] | None:
-    """RSS (MB), threads and open descriptors of a process; None when it is gone."""
+
+def rss_by_kind(pid: int) -> dict[str, float]:
+    """Resident MB of a process by :data:`RSS_KINDS`."""
+    kb = dict.fromkeys(RSS_KINDS, 0)
+    kind = "anon"
+    with open(f"/proc/{pid}/smaps", encoding="utf-8", errors="replace") as smaps:
+        for line in smaps:
+            head = line.split(maxsplit=5)
+            if head and "-" in head[0] and len(head) >= 5:  # a mapping's first line
+                path = head[5].strip() if len(head) == 6 else ""
+                if path == "[heap]":
+                    kind = "heap"
+                elif path.startswith("/dev/shm/"):
+                    kind = "shm"
+                elif path.startswith("/"):
+                    kind = "file"
+                else:
+                    kind = "anon"
+            elif head and head[0] == "Rss:":
+                kb[kind] += int(head[1])
+    return {k: v / 1024 for k, v in kb.items()}
+
+
+def proc_figures(pid: int) -> dict | None:
+    """RSS (MB, and by kind), threads and open descriptors of a process; None when it is
+    gone."""
     try:
         rss = rss_mb(pid)
+        kinds = rss_by_kind(pid)
         threads = len(os.listdir(f"/proc/{pid}/task"))
         fds = len(os.listdir(f"/proc/{pid}/fd"))
     except (FileNotFoundError, ProcessLookupError):
         return None
-    return {"rss_mb": rss, "threads": threads, "fds": fds}
+    return {"rss_mb": rss, "rss_kinds_mb": kinds, "threads": threads, "fds": fds}
 
 
 def graph_names(node) -> list[str]:
@@ -241,6 +272,17 @@ def report(names, samples, graph, outputs, player, respawn_lines, minutes, warmu
                 "mb_per_hour_after_warmup": slope_per_hour(
                     [m for m, _ in after], [f["rss_mb"] for _, f in after], 3
                 ),
+                "by_kind": {
+                    kind: {
+                        "end": round(rows[-1][1]["rss_kinds_mb"][kind], 2),
+                        "mb_per_hour_after_warmup": slope_per_hour(
+                            [m for m, _ in after],
+                            [f["rss_kinds_mb"][kind] for _, f in after],
+                            3,
+                        ),
+                    }
+                    for kind in RSS_KINDS
+                },
             },
             "threads": [rows[0][1]["threads"], after[0][1]["threads"], rows[-1][1]["threads"]],
             "fds": [rows[0][1]["fds"], after[0][1]["fds"], rows[-1][1]["fds"]],
