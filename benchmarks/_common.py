@@ -109,6 +109,22 @@ def rss_mb(pid: int | str = "self") -> float:
         return int(statm.read().split()[1]) * _PAGE_MB
 
 
+def smaps_rss(pid: int | str = "self") -> dict[str, int]:
+    """Resident kB per mapping of a process (this one by default; ``/proc/<pid>/smaps``), keyed
+    by the mapped file, ``[heap]``, ``[stack]``, or ``[anon] <start address>`` for anonymous
+    mappings; FileNotFoundError when the process is gone."""
+    result: dict[str, int] = {}
+    name = ""
+    with open(f"/proc/{pid}/smaps", encoding="ascii", errors="replace") as smaps:
+        for line in smaps:
+            fields = line.split()
+            if fields and "-" in fields[0] and len(fields) >= 5 and not fields[0].endswith(":"):
+                name = fields[5] if len(fields) > 5 else f"[anon] {fields[0].split('-')[0]}"
+            elif fields and fields[0] == "Rss:":
+                result[name] = result.get(name, 0) + int(fields[1])
+    return result
+
+
 def write_result(result: object, path: Path | None) -> None:
     """Print the result as indented JSON, and write it to ``path`` too when one is given
     (its directory is created)."""

@@ -51,7 +51,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import soundfile
-from _common import slope_per_hour
+from _common import slope_per_hour, smaps_rss
 
 from omniflow.core.association import Decision
 from omniflow.core.fusion_events import SceneEvent, TranscriptEvent
@@ -154,23 +154,8 @@ def object_counts() -> collections.Counter[str]:
     return collections.Counter(type(o).__name__ for o in gc.get_objects())
 
 
-def smaps_rss() -> dict[str, int]:
-    """Resident kB per mapping of this process (/proc/self/smaps), keyed by the mapped file,
-    ``[heap]``, ``[stack]``, or ``[anon] <start address>`` for anonymous mappings."""
-    result: dict[str, int] = {}
-    name = ""
-    with open("/proc/self/smaps", encoding="ascii", errors="replace") as smaps:
-        for line in smaps:
-            fields = line.split()
-            if fields and "-" in fields[0] and len(fields) >= 5 and not fields[0].endswith(":"):
-                name = fields[5] if len(fields) > 5 else f"[anon] {fields[0].split('-')[0]}"
-            elif fields and fields[0] == "Rss:":
-                result[name] = result.get(name, 0) + int(fields[1])
-    return result
-
-
 def smaps_growth(before: dict[str, int], after: dict[str, int], top: int = 8) -> list[str]:
-    """The mappings whose resident size changed most between two :func:`smaps_rss`."""
+    """The mappings whose resident size changed most between two :func:`_common.smaps_rss`."""
     names = set(before) | set(after)
     change = sorted(
         ((after.get(n, 0) - before.get(n, 0), n) for n in names), key=lambda c: -abs(c[0])

@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import rclpy
-from _common import median, ratio, rss_mb, slope_per_hour, summary, write_result
+from _common import median, ratio, slope_per_hour, smaps_rss, summary, write_result
 from std_msgs.msg import String
 
 from omniflow.bag import BagReader
@@ -65,39 +65,27 @@ from omniflow.ros.qos import EVENTS, LATCHED, STATE_CHANGES
 RSS_KINDS = ("heap", "anon", "shm", "file")
 
 
-def rss_by_kind(pid: int) -> dict[str, float]:
-    """Resident MB of a process by :data:`RSS_KINDS`."""
-    kb = dict.fromkeys(RSS_KINDS, 0)
-    kind = "anon"
-    with open(f"/proc/{pid}/smaps", encoding="utf-8", errors="replace") as smaps:
-        for line in smaps:
-            head = line.split(maxsplit=5)
-            if head and "-" in head[0] and len(head) >= 5:  # a mapping's first line
-                path = head[5].strip() if len(head) == 6 else ""
-                if path == "[heap]":
-                    kind = "heap"
-                elif path.startswith("/dev/shm/"):
-                    kind = "shm"
-                elif path.startswith("/"):
-                    kind = "file"
-                else:
-                    kind = "anon"
-            elif head and head[0] == "Rss:":
-                kb[kind] += int(head[1])
-    return {k: v / 1024 for k, v in kb.items()}
+def rss_kind(mapping: str) -> str:
+    """The :data:`RSS_KINDS` entry of a mapping named as :func:`_common.smaps_rss` names it."""
+    if mapping == "[heap]":
+        return "heap"
+    if mapping.startswith("/dev/shm/"):
+        return "shm"
+    return "file" if mapping.startswith("/") else "anon"
 
 
 def proc_figures(pid: int) -> dict | None:
     """RSS (MB, and by kind), threads and open descriptors of a process; None when it is
     gone."""
     try:
-        rss = rss_mb(pid)
-        kinds = rss_by_kind(pid)
+        kinds = dict.fromkeys(RSS_KINDS, 0.0)
+        for mapping, kb in smaps_rss(pid).items():
+            kinds[rss_kind(mapping)] += kb / 1024
         threads = len(os.listdir(f"/proc/{pid}/task"))
         fds = len(os.listdir(f"/proc/{pid}/fd"))
     except (FileNotFoundError, ProcessLookupError):
         return None
-    return {"rss_mb": rss, "rss_kinds_mb": kinds, "threads": threads, "fds": fds}
+    return {"rss_mb": sum(kinds.values()), "rss_kinds_mb": kinds, "threads": threads, "fds": fds}
 
 
 def graph_names(node) -> list[str]:
@@ -200,7 +188,7 @@ def run(minutes: float, warmup: float, rate: float, sample_s: float, logs: Path 
     remap = {topic: graph_topic_name(topic) for topic in reader.topics}
     player = Player(node, reader, namespace=namespace, rate=rate, clock=True, remap=remap)
     stop = threading.Event()
-    samples: list[tuple[float, str, dict[str, float]]] = []  # (minute, node, figures)
+    samples: list[tuple[float, str, dict]] = []  # (minute, node, proc_figures)
     graph_nodes: list[tuple[float, list[str]]] = []  # (minute, every node's full name)
     loop_starts: list[float] = []
     try:
