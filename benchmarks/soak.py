@@ -25,9 +25,16 @@ end, each node's ``~/status`` counters; ``--logs DIR`` keeps each node's output 
 Reported: per node RSS at start, after ``--warmup`` minutes and at the end, and its slope after
 the warm-up (MB/hour, least squares; target <= 0.03), the same split by what is resident (the
 brk heap, other anonymous memory, DDS shared-memory segments, pages of mapped files:
-``/proc/<pid>/smaps``), threads and descriptors at the same points; answers and median latency
-per loop, and the latency of the first loops after the warm-up against the last ones (drift).
-Prints JSON; ``--json PATH`` also writes it.
+``/proc/<pid>/smaps``), threads and descriptors at the same points. A sample can fall while a
+decode holds its buffers (tens of MB for the fusion node's recogniser, a few for the model's
+batch) or after they went back to the system, so the slope of every sample measures when the
+samples fell as much as growth; the floor (the lowest RSS of each ``--floor-min`` window, at
+the window's middle) is what the node keeps between those buffers, and its slope after the
+warm-up is the growth figure (a leak raises the floor; a buffer in use does not). Answers and
+median latency per loop, and the latency of the first loops after the warm-up against the last
+ones (drift).
+Prints JSON; ``--json PATH`` also writes it; ``--logs DIR`` also keeps every sample in
+``DIR/samples.csv``.
 
     .venv/bin/python benchmarks/soak.py --minutes 30 --warmup 5 --json build/bench/soak.json
 """
@@ -35,6 +42,7 @@ Prints JSON; ``--json PATH`` also writes it.
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
 import platform
@@ -63,6 +71,8 @@ from omniflow.ros.qos import EVENTS, LATCHED, STATE_CHANGES
 #: other anonymous memory (malloc's other arenas, Python's object arenas, thread stacks), the
 #: DDS middleware's shared-memory segments, and pages of mapped files (libraries, models).
 RSS_KINDS = ("heap", "anon", "shm", "file")
+#: Columns of ``samples.csv`` (``--logs``): one row per node per sample, memory in MB.
+SAMPLE_COLUMNS = ("minute", "node", "rss_mb", *(f"{k}_mb" for k in RSS_KINDS), "threads", "fds")
 
 
 def rss_kind(mapping: str) -> str:
@@ -72,6 +82,20 @@ def rss_kind(mapping: str) -> str:
     if mapping.startswith("/dev/shm/"):
         return "shm"
     return "file" if mapping.startswith("/") else "anon"
+
+
+def floor(points: list[tuple[float, float]], window_min: float) -> list[tuple[float, float]]:
+    """The lowest value of each ``window_min``-minute window of ``(minute, value)`` points
+    (windows counted from the first point), placed at the window's middle; windows without a
+    point are left out."""
+    if not points or window_min <= 0:
+        return list(points)
+    start = points[0][0]
+    lowest: dict[int, float] = {}
+    for minute, value in points:
+        window = int((minute - start) // window_min)
+        lowest[window] = min(value, lowest.get(window, value))
+    return [(start + (w + 0.5) * window_min, v) for w, v in sorted(lowest.items())]
 
 
 def proc_figures(pid: int) -> dict | None:
@@ -155,12 +179,25 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=1.0, help="playback rate of the session")
     parser.add_argument("--sample-s", type=float, default=10.0, help="seconds between samples")
     parser.add_argument("--json", type=Path, help="also write the JSON here")
-    parser.add_argument("--logs", type=Path, help="keep each node's output in DIR/<node>.log")
+    parser.add_argument(
+        "--floor-min", type=float, default=2.0, help="minutes per window of the RSS floor"
+    )
+    parser.add_argument(
+        "--logs", type=Path, help="keep each node's output in DIR/<node>.log, samples.csv"
+    )
     args = parser.parse_args()
-    write_result(run(args.minutes, args.warmup, args.rate, args.sample_s, args.logs), args.json)
+    result = run(args.minutes, args.warmup, args.rate, args.sample_s, args.floor_min, args.logs)
+    write_result(result, args.json)
 
 
-def run(minutes: float, warmup: float, rate: float, sample_s: float, logs: Path | None) -> dict:
+def run(
+    minutes: float,
+    warmup: float,
+    rate: float,
+    sample_s: float,
+    floor_min: float,
+    logs: Path | None,
+) -> dict:
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     namespace = f"/soak{uuid.uuid4().hex[:6]}"
     share = str(share_dir())
@@ -237,14 +274,29 @@ def run(minutes: float, warmup: float, rate: float, sample_s: float, logs: Path 
             for name, process in supervisor.processes.items():
                 process.stop()
                 (logs / f"{name}.log").write_text(process.output(), encoding="utf-8")
+            write_samples(logs / "samples.csv", samples)
         supervisor.close()
         node.destroy_node()
         rclpy.shutdown(context=context)
     graph = graph_growth(graph_nodes, namespace)
-    return report(names, samples, graph, outputs, player, respawn_lines, minutes, warmup, rate)
+    return report(
+        names, samples, graph, outputs, player, respawn_lines, minutes, warmup, rate, floor_min
+    )
 
 
-def report(names, samples, graph, outputs, player, respawn_lines, minutes, warmup, rate):
+def write_samples(path: Path, samples: list[tuple[float, str, dict]]) -> None:
+    """Every sample as a row of :data:`SAMPLE_COLUMNS`."""
+    with path.open("w", newline="", encoding="utf-8") as out:
+        writer = csv.writer(out)
+        writer.writerow(SAMPLE_COLUMNS)
+        for minute, name, f in samples:
+            kinds = [round(f["rss_kinds_mb"][k], 3) for k in RSS_KINDS]
+            writer.writerow(
+                [round(minute, 3), name, round(f["rss_mb"], 3), *kinds, f["threads"], f["fds"]]
+            )
+
+
+def report(names, samples, graph, outputs, player, respawn_lines, minutes, warmup, rate, floor_min):
     nodes = {}
     for name in names:
         rows = [(m, f) for m, n, f in samples if n == name]
@@ -252,6 +304,7 @@ def report(names, samples, graph, outputs, player, respawn_lines, minutes, warmu
             nodes[name] = None
             continue
         after = [(m, f) for m, f in rows if m >= warmup] or rows[-1:]
+        lows = floor([(m, f["rss_mb"]) for m, f in after], floor_min)
         nodes[name] = {
             "rss_mb": {
                 "start": round(rows[0][1]["rss_mb"], 1),
@@ -259,6 +312,10 @@ def report(names, samples, graph, outputs, player, respawn_lines, minutes, warmu
                 "end": round(rows[-1][1]["rss_mb"], 1),
                 "mb_per_hour_after_warmup": slope_per_hour(
                     [m for m, _ in after], [f["rss_mb"] for _, f in after], 3
+                ),
+                "floor_after_warmup": [round(lows[0][1], 2), round(lows[-1][1], 2)],
+                "floor_mb_per_hour_after_warmup": slope_per_hour(
+                    [m for m, _ in lows], [v for _, v in lows], 3
                 ),
                 "by_kind": {
                     kind: {
@@ -297,6 +354,7 @@ def report(names, samples, graph, outputs, player, respawn_lines, minutes, warmu
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "minutes": minutes,
         "warmup_minutes": warmup,
+        "floor_window_minutes": floor_min,
         "rate": rate,
         "loops": loops,
         "respawns": [line.splitlines()[0] for line in respawn_lines],
