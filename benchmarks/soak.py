@@ -23,20 +23,21 @@ the words were not heard, the turn was cancelled (by what) or the answer never c
 end, each node's ``~/status`` counters; ``--logs DIR`` keeps each node's output there.
 
 Reported: per node RSS at start, after ``--warmup`` minutes and at the end, and its slope after
-the warm-up (MB/hour, least squares; target <= 0.03), the same split by what is resident (the
+the warm-up (MB/hour, least squares), the same split by what is resident (the
 brk heap, other anonymous memory, DDS shared-memory segments, pages of mapped files:
 ``/proc/<pid>/smaps``), threads and descriptors at the same points. A sample can fall while a
 decode holds its buffers (tens of MB for the fusion node's recogniser, a few for the model's
 batch) or after they went back to the system, so the slope of every sample measures when the
 samples fell as much as growth; the floor (the lowest RSS of each ``--floor-min`` window, at
 the window's middle) is what the node keeps between those buffers, and its slope after the
-warm-up is the growth figure (a leak raises the floor; a buffer in use does not). Answers and
+warm-up is the growth figure (target <= 0.03; a leak raises the floor, a buffer in use does
+not). Every node still climbs for about half an hour: warm up for 35 minutes. Answers and
 median latency per loop, and the latency of the first loops after the warm-up against the last
 ones (drift).
 Prints JSON; ``--json PATH`` also writes it; ``--logs DIR`` also keeps every sample in
 ``DIR/samples.csv``.
 
-    .venv/bin/python benchmarks/soak.py --minutes 30 --warmup 5 --json build/bench/soak.json
+    .venv/bin/python benchmarks/soak.py --minutes 85 --warmup 35 --sample-s 5 --logs build/soak
 """
 
 from __future__ import annotations
