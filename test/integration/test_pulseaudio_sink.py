@@ -14,6 +14,12 @@ the recording 60-75 ms after flush() returned: the audio PulseAudio already
 buffered (output latency + the block in flight) still plays. The figures are
 logged (``pytest -o log_cli=true --log-cli-level=INFO``); the assertions keep
 generous margins so a loaded machine does not fail them.
+
+On a loaded machine (two ``scripts/cpu_hog.py --cores 2`` beside the test) about one run in
+ten has one DAC stamp 2.6-3.3 ms later than one block after the previous one, at start-up or
+mid-tone, with ALSA printing "underrun occurred" and PortAudio reporting no underflow: the
+sound server ran dry and played the rest of the tone that much later, and the DAC times say
+so. Stamps never come closer than one block; late steps are allowed a few times.
 """
 
 from __future__ import annotations
@@ -40,6 +46,11 @@ CAPTURE_FRAMES = 640
 TONE_HZ = 1000.0
 LOUD = 8000  # the tone's peaks are ~16000; the null sink is silent otherwise
 SLACK_S = 0.010  # scheduling slack for the callback thread
+JITTER_S = 0.002  # how far one DAC stamp may sit from one block after the previous
+# A starved sound server plays a block late and says so only in its DAC times (see the module
+# docstring): those steps are gaps in the sound, allowed a few times and a few milliseconds.
+MAX_LATE_STEPS = 3
+MAX_LATE_S = 0.015
 SETTLED_LAG_S = 0.1  # a capture stamp this close to its read time is past the start-up drift
 SETTLED_BLOCKS = 5
 SETTLE_TIMEOUT_S = 5.0
@@ -174,7 +185,10 @@ def test_tone_is_heard_with_dac_stamps_one_block_apart(
     stamps = np.array([c[1] for c in calls])
     called = np.array([c[2] for c in calls])
     spacing = np.diff(stamps)
-    assert np.all(np.abs(spacing - BLOCK_S) < 0.002), f"DAC stamps not one block apart: {spacing}"
+    assert np.all(spacing > BLOCK_S - JITTER_S), f"DAC stamps closer than one block: {spacing}"
+    late = spacing - BLOCK_S > JITTER_S
+    assert np.count_nonzero(late) <= MAX_LATE_STEPS, f"DAC stamps not one block apart: {spacing}"
+    assert np.sum(spacing[late] - BLOCK_S) < MAX_LATE_S, f"playback fell behind: {spacing}"
     ahead = stamps - called
     assert np.all((ahead > 0) & (ahead < 0.5)), f"DAC times not shortly after callbacks: {ahead}"
     assert sink.clock.device_clock_ok
