@@ -247,6 +247,31 @@ def test_a_pause_inside_the_first_word_starts_no_full_decode(whisper: WhisperRec
     assert whisper.stats.decodes == decodes + 1 and whisper.stats.finals_queued == queued + 1
 
 
+def test_freed_memory_goes_back_between_utterances_never_inside_one(
+    whisper: WhisperRecognizer, noisy: dict[str, np.ndarray]
+) -> None:
+    """A pause's full decode leaves the utterance open: the final after it must not pay
+    for pages handed back. Once the utterance ended, they go back."""
+    assert whisper.wait_idle(60)
+    stats = whisper.stats
+    releases, ready = stats.releases, stats.finals_ready
+    whisper.start(START_NS)
+    speech = noisy[EXACT[0]]
+    for i in range(0, len(speech), CHUNK):
+        whisper.feed(speech[i : i + CHUNK])
+    assert whisper.wait_idle(60)
+    for _ in range(10):  # 0.4 s of pause: a full decode at its start
+        whisper.feed(np.zeros(CHUNK, dtype=np.int16))
+    assert whisper.wait_idle(60)
+    assert stats.releases == releases  # the utterance is open
+    whisper.end()
+    assert stats.finals_ready == ready + 1  # the pause's decode covered the speech
+    assert words(whisper.poll_final().text) == EXACT[0].split()
+    assert whisper.wait_idle(60)
+    assert stats.releases == releases + 1
+    assert 0 < stats.release_ns_max < 1_000_000_000
+
+
 def test_an_unknown_way_to_prompt_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="prompt_as 'prefix'.*hotwords, initial_prompt"):
         WhisperRecognizer(prompt_as="prefix")

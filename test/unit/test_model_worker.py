@@ -139,6 +139,34 @@ def test_jobs_stream_their_pieces_in_order_then_finish(harness):
     assert harness.worker.stats.last_tokens_per_s == pytest.approx(3 / 0.3)
 
 
+def test_an_answer_with_nothing_waiting_hands_freed_memory_back(backend, monkeypatch):
+    calls: list[bool] = []
+
+    def release() -> bool:
+        calls.append(harness.lock._is_owned())
+        return True
+
+    monkeypatch.setattr("omniflow.engines.model_worker.release_free_memory", release)
+    backend.gate = threading.Event()
+    harness = Harness(backend)
+    try:
+        harness.worker.submit(1, Prompt("sys", user="what is this"), 123)
+        wait_for(lambda: harness.deltas, "the first piece")
+        harness.worker.score(7, Prompt("sys", user="and"))  # waits behind the answer
+        for _ in backend.pieces[1:]:
+            backend.gate.set()
+            wait_for(lambda: not backend.gate.is_set(), "the next piece")
+        wait_for(lambda: harness.scores, "the score after the answer")
+        assert calls == []  # the score was waiting: not idle after the answer
+        backend.gate = None  # the second answer runs through
+        harness.worker.submit(2, Prompt("sys", user="and that"), 456)
+        wait_for(lambda: calls, "memory handed back after the second answer")
+        assert calls == [False]  # outside the owner's lock
+        assert harness.worker.stats.releases == 1
+    finally:
+        harness.close()
+
+
 def test_a_fixed_reply_is_the_whole_answer_without_the_model(backend, harness):
     harness.worker.submit(1, Prompt("sys", user="stop"), 123, reply="Okay.")
     wait_for(lambda: harness.done, "the reply done")

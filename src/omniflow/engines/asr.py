@@ -49,6 +49,9 @@ thread:
   at once (microseconds) and :meth:`Recognizer.poll_final`, called once per slice, hands over
   the result when the decode is done, while the next utterance may already be fed: this is
   the path for a thread that must never block. ``benchmarks/asr.py`` measures both.
+- Once the final's decode is done and no utterance is open, the worker hands what the
+  decodes freed back to the system (:mod:`omniflow.engines.memory`); the next utterance's
+  first draft pays for touching those pages again, not its final.
 
 Every engine has ``end``/``poll_final`` (pocketsphinx's decodes at ``end``, in ~3-80 ms).
 
@@ -74,6 +77,7 @@ import numpy as np
 
 from omniflow.core.text import loop_cut
 from omniflow.core.timing import NS_PER_S, NS_PER_SAMPLE, SAMPLE_RATE
+from omniflow.engines.memory import release_free_memory
 from omniflow.engines.openmp import set_openmp_wait_policy
 from omniflow.engines.vad import check_pcm16k
 from omniflow.errors import ConfigError, EngineError
@@ -386,6 +390,8 @@ class WhisperStats:
     finish_wait_ns_last: int = 0
     finish_wait_ns_max: int = 0
     truncated_samples: int = 0  # audio beyond Whisper's 30 s window, not decoded
+    releases: int = 0  # times freed memory went back to the system (idle, between utterances)
+    release_ns_max: int = 0  # the longest hand-back (it locks each malloc arena in turn)
 
 
 @dataclass
@@ -412,6 +418,9 @@ class _Worker:
         self.partial: _Job | None = None
         self.running: _Job | None = None
         self.latest: _Job | None = None  # newest finished job
+        self.release_due = False  # a full decode ran since freed memory was last handed back
+        self.listening = False  # an utterance is open
+        self.releasing = False  # handing freed memory back (a few ms)
         self.closed = False
         self.stats = WhisperStats()
         self.thread = threading.Thread(target=self._run, name="whisper-decode", daemon=True)
@@ -419,8 +428,10 @@ class _Worker:
 
     @property
     def idle(self) -> bool:
-        """Nothing running or waiting (read under ``cond``)."""
-        return self.running is None and self.partial is None and not self.finals
+        """Nothing running, releasing or waiting (read under ``cond``)."""
+        return (
+            self.running is None and self.partial is None and not self.finals and not self.releasing
+        )
 
     def submit(self, job: _Job, final: bool = False) -> None:
         with self.cond:
@@ -437,18 +448,37 @@ class _Worker:
             self.partial = None
             self.cond.notify_all()
 
+    def set_listening(self, listening: bool) -> None:
+        """An utterance opened (True) or ended (False); call with ``cond`` held."""
+        self.listening = listening
+        self._arm_release()
+        self.cond.notify_all()
+
+    def _arm_release(self) -> None:
+        """Under ``cond``: after a full decode (the warm-up, a final), with no utterance open
+        and nothing waiting, hand what the decodes freed back to the system
+        (:mod:`omniflow.engines.memory`). Never inside an utterance: the decode after a
+        pause would pay for touching the pages again, and the final with it."""
+        if self.release_due and not self.listening and self.idle and not self.closed:
+            self.release_due, self.releasing = False, True
+
     def _run(self) -> None:
         while True:
             with self.cond:
-                while not (self.finals or self.partial) and not self.closed:
+                while not (self.finals or self.partial or self.releasing or self.closed):
                     self.cond.wait()
                 if self.closed:
                     return
-                if self.finals:
-                    job = self.finals.popleft()
-                else:
-                    job, self.partial = self.partial, None
-                self.running = job
+                releasing = self.releasing
+                if not releasing:
+                    if self.finals:
+                        job = self.finals.popleft()
+                    else:
+                        job, self.partial = self.partial, None
+                    self.running = job
+            if releasing:
+                self._release()
+                continue
             t0 = time.perf_counter_ns()
             try:
                 job.result = self.decode(job)
@@ -458,14 +488,24 @@ class _Worker:
             with self.cond:
                 job.done = True
                 self.running = None
-                if job.utterance == 0:  # the warm-up: not counted, never a partial
-                    self.cond.notify_all()
-                    continue
-                self.latest = job
-                self.stats.decodes += 1
-                self.stats.decode_ns_total += spent
-                self.stats.decode_ns_max = max(self.stats.decode_ns_max, spent)
+                if job.utterance != 0:  # the warm-up: not counted, never a partial
+                    self.latest = job
+                    self.stats.decodes += 1
+                    self.stats.decode_ns_total += spent
+                    self.stats.decode_ns_max = max(self.stats.decode_ns_max, spent)
+                self.release_due |= not job.draft
+                self._arm_release()
                 self.cond.notify_all()
+
+    def _release(self) -> None:
+        t0 = time.perf_counter_ns()
+        released = release_free_memory()
+        spent = time.perf_counter_ns() - t0
+        with self.cond:
+            self.releasing = False
+            self.stats.releases += released
+            self.stats.release_ns_max = max(self.stats.release_ns_max, spent)
+            self.cond.notify_all()
 
 
 class WhisperRecognizer(Recognizer):
@@ -667,6 +707,8 @@ class WhisperRecognizer(Recognizer):
         self._partial = ""
         self._partial_job = None
         self._prompt = None
+        with self._worker.cond:
+            self._worker.set_listening(True)
 
     def set_prompt(self, prompt: str | None) -> None:
         """Prime this utterance's decodes with ``prompt``'s words: those handed to the worker
@@ -741,6 +783,8 @@ class WhisperRecognizer(Recognizer):
         if self._voiced_end == 0:  # nothing above the noise floor: nothing to decode
             stats.finals_ready += 1
             self._ended.append((None, self._start_ns))
+            with self._worker.cond:
+                self._worker.set_listening(False)
             return
         worker = self._worker
 
@@ -768,7 +812,7 @@ class WhisperRecognizer(Recognizer):
                 job = _Job(self._utterance, self._buffer[: self._fed].copy(), prompt=self._prompt)
                 worker.finals.append(job)
                 stats.finals_queued += 1
-            worker.cond.notify_all()
+            worker.set_listening(False)  # with the final queued: it runs before any release
         self._ended.append((job, self._start_ns))
 
     def poll_final(self) -> RecognitionResult | None:

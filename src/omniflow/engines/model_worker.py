@@ -25,6 +25,7 @@ from typing import Any
 from omniflow.core.prompt import Prompt
 from omniflow.engines.llm import LLM_PARAMS, GenerationStats, LlmBackend, make_backend
 from omniflow.engines.llm.inprocess import InProcessBackend
+from omniflow.engines.memory import release_free_memory
 from omniflow.errors import EngineError
 
 __all__ = ["Job", "ModelWorker", "WorkerStats", "llm_values", "sees_images", "warm_up"]
@@ -82,6 +83,7 @@ class WorkerStats:
     """What the model did, for diagnostics."""
 
     warm_tokens: int = 0
+    releases: int = 0  # answers after which freed memory went back to the system
     last_first_token_ms: float = float("nan")
     last_tokens_per_s: float = float("nan")
 
@@ -255,12 +257,23 @@ class ModelWorker:
                 continue
             if job is not None:
                 self._generate(backend, job)
+                self._release_if_idle()
             elif score is not None:
                 self._score_turn(backend, *score)
             elif warm is not None:
                 self._warm(backend, warm)
                 with self._work:
                     self._warming = False
+
+    def _release_if_idle(self) -> None:
+        """An answer ends a burst: with nothing waiting, hand what it freed back to the
+        system (:mod:`omniflow.engines.memory`), outside the owner's lock."""
+        with self._work:
+            if self._jobs or self._score is not None or self._warm_prompt is not None:
+                return
+        if release_free_memory():
+            with self._lock:
+                self.stats.releases += 1
 
     def _score_turn(self, backend: LlmBackend, key: int, prompt: Prompt) -> None:
         try:
