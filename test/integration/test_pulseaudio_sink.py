@@ -16,10 +16,12 @@ logged (``pytest -o log_cli=true --log-cli-level=INFO``); the assertions keep
 generous margins so a loaded machine does not fail them.
 
 On a loaded machine (two ``scripts/cpu_hog.py --cores 2`` beside the test) about one run in
-ten has one DAC stamp 2.6-3.3 ms later than one block after the previous one, at start-up or
-mid-tone, with ALSA printing "underrun occurred" and PortAudio reporting no underflow: the
-sound server ran dry and played the rest of the tone that much later, and the DAC times say
-so. Stamps never come closer than one block; late steps are allowed a few times.
+ten has a DAC stamp 2.6-3.3 ms later than one block after the previous one, at start-up or
+mid-tone, with ALSA printing "underrun occurred" and PortAudio reporting no underflow; on an
+overloaded one (the test suite beside a running graph) steps of 30-200 ms. The sound server
+ran dry and played the rest of the tone that much later, and the DAC times say so: the test
+asks that stamps never come closer than one block and that the monitor hears the tone for
+as long as the stamps span, gaps included.
 """
 
 from __future__ import annotations
@@ -47,10 +49,6 @@ TONE_HZ = 1000.0
 LOUD = 8000  # the tone's peaks are ~16000; the null sink is silent otherwise
 SLACK_S = 0.010  # scheduling slack for the callback thread
 JITTER_S = 0.002  # how far one DAC stamp may sit from one block after the previous
-# A starved sound server plays a block late and says so only in its DAC times (see the module
-# docstring): those steps are gaps in the sound, allowed a few times and a few milliseconds.
-MAX_LATE_STEPS = 3
-MAX_LATE_S = 0.015
 SETTLED_LAG_S = 0.1  # a capture stamp this close to its read time is past the start-up drift
 SETTLED_BLOCKS = 5
 SETTLE_TIMEOUT_S = 5.0
@@ -186,26 +184,30 @@ def test_tone_is_heard_with_dac_stamps_one_block_apart(
     called = np.array([c[2] for c in calls])
     spacing = np.diff(stamps)
     assert np.all(spacing > BLOCK_S - JITTER_S), f"DAC stamps closer than one block: {spacing}"
+    # One block apart, or later where the sound server ran dry (see the module docstring):
+    # the tone then has a gap there, which the monitor hears as long as the stamps say.
     late = spacing - BLOCK_S > JITTER_S
-    assert np.count_nonzero(late) <= MAX_LATE_STEPS, f"DAC stamps not one block apart: {spacing}"
-    assert np.sum(spacing[late] - BLOCK_S) < MAX_LATE_S, f"playback fell behind: {spacing}"
+    played_for = stamps[-1] + BLOCK_S - stamps[0]
     ahead = stamps - called
     assert np.all((ahead > 0) & (ahead < 0.5)), f"DAC times not shortly after callbacks: {ahead}"
     assert sink.clock.device_clock_ok
-    assert sink.underruns == 0 and sink.device_underflows == 0
+    assert sink.underruns == 0  # the whole tone was queued: the sink never ran out
+    assert sink.device_underflows <= np.count_nonzero(late), spacing  # each xrun is a gap
 
     heard, samples = monitor.loud_times()
     onset = heard[0] - stamps[0]
     heard_for = heard[-1] - heard[0]
     log.info(
         "DAC time %.1f ms after the callback (reported output latency %.1f ms); tone heard "
-        "on the monitor %.1f ms after its DAC stamp",
+        "on the monitor %.1f ms after its DAC stamp; %d late DAC steps, %.1f ms in all",
         float(np.median(ahead)) * 1e3,
         sink.output_latency * 1e3,
         onset * 1e3,
+        np.count_nonzero(late),
+        (played_for - len(phrase) / RATE) * 1e3,
     )
     assert abs(onset) < 0.1, f"tone heard {onset * 1e3:.1f} ms after its DAC stamp"
-    assert heard_for == pytest.approx(1.0, abs=0.02)
+    assert heard_for == pytest.approx(played_for, abs=0.02), f"DAC steps: {spacing}"
     spectrum = np.abs(np.fft.rfft(samples.astype(np.float64)))
     assert np.fft.rfftfreq(len(samples), 1.0 / RATE)[np.argmax(spectrum)] == pytest.approx(
         TONE_HZ, abs=2.0
