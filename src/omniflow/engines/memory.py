@@ -11,8 +11,9 @@ decode pays only for touching its pages again. The engines call it where a burst
 ends and nothing waits: the recogniser between utterances after a full decode (never at a
 pause inside one: the final that follows would pay for the pages, which cost Whisper's final
 tens of ms in ``benchmarks/asr.py``), the dialogue's model after an answer. Fixing the mmap
-threshold instead flattened the same memory but made Whisper's final decode about 10x slower
-(benchmarks/README.md).
+threshold instead flattened the same memory but made Whisper's final decode about 10x slower.
+With the release, the fusion node's floor came back to one level after every excursion in the
+next 85-minute soak (benchmarks/README.md, "Soak").
 
 Other C libraries (musl, macOS) have no ``malloc_trim``: there it does nothing.
 """
