@@ -15,7 +15,9 @@ Method (prints one JSON object):
   stream time is the zero of every figure:
   ``start_stamp``: the START's own stamp (where the VAD places the start of speech: how much
   of the onset it did not take for voice);
-  ``voice_activity``: the fusion node's START arrives here;
+  ``voice_activity``: the fusion node's START arrives here (``start_speech_ms``: the speech
+  it had heard then, its ``speech_s``; the dialogue interrupts on the START itself when that
+  is at least its ``barge_in.min_speech_ms``, else on the next ONGOING, a slice later);
   ``interrupted``: the dialogue node's INTERRUPTED state arrives here;
   ``last_chunk``: the last response chunk of the interrupted turn arrives (generation
   cancelled; earlier than ``interrupted`` when the model was between pieces);
@@ -135,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
             "playback_end",
         )
     }
+    per_pass: list[dict[str, float]] = []  # START's speech_s and START -> INTERRUPTED
     false_starts = 0
     robot_alone_s = 0.0
     try:
@@ -220,6 +223,14 @@ def main(argv: list[str] | None = None) -> int:
                     figures["start_stamp"].append(
                         (ns_from_time(start.msg.header.stamp) - onset_ns) / 1e6
                     )
+                    per_pass.append(
+                        {
+                            "start_speech_ms": round(start.msg.speech_s * 1000, 1),
+                            "start_to_interrupted_ms": round(
+                                (interrupted.wall_ns - start.wall_ns) / 1e6, 1
+                            ),
+                        }
+                    )
                 figures["interrupted"].append((interrupted.wall_ns - onset_ns) / 1e6)
                 figures["speech_idle"].append((idle.wall_ns - onset_ns) / 1e6)
                 if last_chunk is not None:
@@ -239,6 +250,8 @@ def main(argv: list[str] | None = None) -> int:
         "speech": speech_params,
         "talk_s": args.talk_s,
         "from_voice_onset_ms": {k: summary(v, 1, figures=SPREAD) for k, v in figures.items()},
+        "start_speech_ms": summary((p["start_speech_ms"] for p in per_pass), 1, figures=SPREAD),
+        "per_pass": per_pass,
         "echo": {
             "false_barge_ins": false_starts,
             "robot_speaking_alone_s": round(robot_alone_s, 1),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -100,6 +101,15 @@ def test_barge_in_on_the_start_event_when_it_is_long_enough():
     dm = DialogueManager(barge_in_min_speech_s=0.09)
     speaking(dm)
     assert states(dm.voice_start(2, 0.09, 2.0)) == [State.INTERRUPTED]
+
+
+def test_barge_in_on_a_start_whose_float32_length_is_the_threshold():
+    # VoiceActivity.speech_s is a float32: the default 60 ms arrives as 0.0599999987 s
+    dm = DialogueManager()
+    speaking(dm)
+    speech_s = float(np.float32(0.06))
+    assert speech_s < dm.barge_in_min_speech_s
+    assert states(dm.voice_start(2, speech_s, 2.0)) == [State.INTERRUPTED]
 
 
 def test_barge_in_off_answers_the_utterance_after_the_turn():

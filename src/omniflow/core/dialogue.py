@@ -267,6 +267,10 @@ _STOPPED = "the user asked the robot to stop"
 STREAM_FRESH_S = 1.0  # how long a stream position counts as the present without progress
 MAX_CARRY_WORDS = 32  # a long spoken sentence and then some
 _STREAM_RESTART_S = 1.0  # a stream position this far back is a new stream (as fusion's)
+# VoiceActivity.speech_s is a float32: the 60 ms the fusion node confirms a start after
+# arrives as 0.0599999987 s, which a plain comparison with 0.06 s takes for too short, and
+# the barge-in then waited for the next ONGOING event, a fusion slice (40 ms) later.
+_SPEECH_S_SLACK = 1e-6
 _SENTENCE_END = re.compile(r"[.!?](?=\s|$)")
 
 
@@ -505,7 +509,7 @@ class DialogueManager:
         if (
             self.state != State.SPEAKING
             or not self.barge_in
-            or speech_s < self.barge_in_min_speech_s
+            or speech_s + _SPEECH_S_SLACK < self.barge_in_min_speech_s
         ):
             return []
         self._utterance = utterance_id
