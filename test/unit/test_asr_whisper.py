@@ -229,15 +229,21 @@ def test_a_final_decoded_before_the_prompt_changed_is_decoded_again(
     assert whisper.stats.finals_queued == queued + 1
 
 
-def test_a_pause_inside_the_first_word_starts_no_full_decode(whisper: WhisperRecognizer) -> None:
+@pytest.mark.parametrize("lead_in_chunks", [1, 8])
+def test_a_pause_inside_the_first_word_starts_no_full_decode(
+    whisper: WhisperRecognizer, lead_in_chunks: int
+) -> None:
     """A stop 0.2 s into speech is a pause inside a word far more often than a turn's end:
-    the decode waits for the utterance's end, so the fragment costs one decode, not two."""
+    the decode waits for the utterance's end, so the fragment costs one decode, not two.
+    Counted from the first sound, whatever lead-in of the room came before it (the fusion
+    pipeline's ``asr.lead_in_ms``)."""
     assert whisper.wait_idle(60)
     decodes, queued = whisper.stats.decodes, whisper.stats.finals_queued
     noise = np.random.default_rng(3).standard_normal(CHUNK * 16)
     quiet, loud = (noise * 30).astype(np.int16), (noise * 3_000).astype(np.int16)
     whisper.start(0)
-    whisper.feed(quiet[:CHUNK])  # the room, then 0.2 s of sound and 0.4 s of room again
+    for i in range(lead_in_chunks):  # the room, then 0.2 s of sound and 0.4 s of room again
+        whisper.feed(quiet[i * CHUNK : (i + 1) * CHUNK])
     for i in range(5):
         whisper.feed(loud[i * CHUNK : (i + 1) * CHUNK])
     for i in range(10):

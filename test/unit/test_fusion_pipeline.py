@@ -283,6 +283,19 @@ def test_the_recogniser_gets_the_speech_from_its_first_chunk_through_the_preroll
     assert pipeline.stats.speech_starts == pipeline.stats.speech_ends == 1
 
 
+def test_the_recogniser_hears_a_lead_in_before_the_onset_but_not_the_last_utterance():
+    pipeline, engines = make(ScriptedVad(confirm=3, hang=5), lead_in_ns=300 * NS_PER_MS)
+    # speech at chunks 20-29 (end stamped at 30), a pause of 5 chunks, speech again from 35
+    feed(pipeline, [QUIET] * 20 + [LOUD] * 10 + [QUIET] * 5 + [LOUD] * 10 + [QUIET] * 10)
+    first, second = engines.recognizer.utterances
+    # 300 ms before chunk 20 is inside chunk 12: from there on, each chunk once, in order
+    assert [int(c[0]) for c in first["chunks"]][:12] == list(range(12, 24))
+    assert first["start_ns"] == T0 + 12 * CHUNK_NS
+    # only 5 chunks of pause before the second: its lead-in stops at the first's end
+    assert [int(c[0]) for c in second["chunks"]][:6] == list(range(30, 36))
+    assert second["start_ns"] == T0 + 30 * CHUNK_NS
+
+
 def test_a_start_older_than_the_preroll_feeds_what_the_preroll_kept():
     confirm = PREROLL_NS // CHUNK_NS + 5
     pipeline, engines = make(ScriptedVad(confirm=confirm))

@@ -601,7 +601,8 @@ class WhisperRecognizer(Recognizer):
         self._utterance = 0
         self._fed = 0
         self._submitted = 0  # samples in the newest snapshot handed to the worker
-        self._voiced_end = 0  # end of the last chunk above the noise floor
+        self._voiced_start = 0  # start of the first chunk above the noise floor
+        self._voiced_end = 0  # end of the last chunk above the noise floor (0: none yet)
         self._peak_rms = 0.0
         self._floor_rms = math.inf
         self._partial = ""
@@ -702,7 +703,7 @@ class WhisperRecognizer(Recognizer):
         self._utterance += 1
         self._start_ns = int(stamp_ns)
         self._active = True
-        self._fed = self._submitted = self._voiced_end = 0
+        self._fed = self._submitted = self._voiced_start = self._voiced_end = 0
         self._peak_rms, self._floor_rms = 0.0, math.inf
         self._partial = ""
         self._partial_job = None
@@ -737,15 +738,17 @@ class WhisperRecognizer(Recognizer):
             self._floor_rms = min(self._floor_rms, rms)
             quiet = rms <= max(2.0 * self._floor_rms, self._peak_rms * 0.03)
             if not quiet:
+                if self._voiced_end == 0:  # what came before was the lead-in
+                    self._voiced_start = self._fed - len(chunk)
                 self._voiced_end = self._fed
             worker = self._worker
             with worker.cond:
                 idle = worker.idle
             if idle and self._voiced_end > self._submitted:  # new speech since the last
                 if quiet:  # a pause: the full decode that may become the final
-                    if self._voiced_end >= _MIN_PAUSE_DECODE:
+                    if self._voiced_end - self._voiced_start >= _MIN_PAUSE_DECODE:
                         self._submit(draft=False)
-                elif self._fed - self._submitted >= self._interval:
+                elif self._fed - max(self._submitted, self._voiced_start) >= self._interval:
                     self._submit(draft=True)
         return self._new_partial()
 
