@@ -5,7 +5,9 @@ Method (prints one JSON object):
 
 - Speech: espeak-ng (Debian package) speaks ``COMMANDS`` (what a JSGF grammar of robot
   commands covers) and ``OPEN`` (open conversation the grammar cannot cover), en-us, 150
-  words/min, resampled 22.05 -> 16 kHz. Each utterance is 0.3 s of silence, the speech, then
+  words/min, resampled 22.05 -> 16 kHz. Each utterance is ``--lead-ms`` of silence (300: the
+  fusion node's ``asr.lead_in_ms``, what it feeds the recogniser before the onset; 0 is how it
+  fed it before), the speech, then
   ``--tail-ms`` of silence (the fusion node's VAD reports the end only after
   ``vad.min_silence_ms`` = 400 ms of silence, so that is what a recogniser is fed), with white
   noise at ``--snr`` dB (relative to the speech's RMS; seeded).
@@ -78,7 +80,7 @@ public <command> = hello robot | what is this red box | stop | turn left | bring
 """
 
 
-def speak(text: str, tail_ms: int, snr_db: float, seed: int) -> np.ndarray:
+def speak(text: str, tail_ms: int, snr_db: float, seed: int, lead_ms: int = 300) -> np.ndarray:
     """espeak-ng's ``text`` at 16 kHz int16, silence around it, white noise at ``snr_db``."""
     exe = shutil.which("espeak-ng")
     if exe is None:
@@ -93,7 +95,8 @@ def speak(text: str, tail_ms: int, snr_db: float, seed: int) -> np.ndarray:
     assert rate == 22_050, rate
     voiced = speech[np.abs(speech) > 1]
     noise_rms = math.sqrt(float(np.mean(voiced**2))) / 10 ** (snr_db / 20)
-    signal = np.concatenate([np.zeros(RATE * 3 // 10), speech, np.zeros(RATE * tail_ms // 1000)])
+    lead, tail = np.zeros(RATE * lead_ms // 1000), np.zeros(RATE * tail_ms // 1000)
+    signal = np.concatenate([lead, speech, tail])
     noisy = signal + np.random.default_rng(seed).normal(0.0, noise_rms, len(signal))
     return np.clip(np.rint(noisy), -32768, 32767).astype(np.int16)
 
@@ -222,6 +225,12 @@ def main(argv: list[str] | None = None) -> int:
         default=400,
         help="silence fed after the speech (the VAD's min_silence_ms)",
     )
+    parser.add_argument(
+        "--lead-ms",
+        type=int,
+        default=300,
+        help="silence fed before the speech (the fusion node's asr.lead_in_ms)",
+    )
     parser.add_argument("--repeats", type=int, default=1, help="passes over the sentences")
     parser.add_argument(
         "--engines",
@@ -233,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
 
     sentences = [("commands", t) for t in COMMANDS] + [("open", t) for t in OPEN]
     utterances = [
-        (kind, text, speak(text, args.tail_ms, args.snr, seed=100 * r + i))
+        (kind, text, speak(text, args.tail_ms, args.snr, seed=100 * r + i, lead_ms=args.lead_ms))
         for r in range(args.repeats)
         for i, (kind, text) in enumerate(sentences)
     ]
@@ -250,6 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "snr_db": args.snr,
         "tail_ms": args.tail_ms,
+        "lead_ms": args.lead_ms,
         "repeats": args.repeats,
         "engines": [
             run_engine(name, engines[name], utterances) for name in args.engines.split(",")
