@@ -424,12 +424,14 @@ def test_chat_messages_carry_images_as_data_uris_and_the_scene_as_text() -> None
     prompt = Prompt(
         SYSTEM,
         scene="a red box",
-        history=(Turn("user", "hi"), Turn("robot", "hello")),
+        history=(Turn("user", "hi", "a cup"), Turn("robot", "hello")),
         user="what is this?",
         images=(frame,),
     )
     messages = chat_messages(prompt)
     assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
+    assert messages[1]["content"] == "(You see: a cup)\nhi"  # the scene it was asked in
+    assert messages[2]["content"] == "hello"
     content = messages[-1]["content"]
     assert [c["type"] for c in content] == ["image_url", "text"]
     uri = content[0]["image_url"]["url"]

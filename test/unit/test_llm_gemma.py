@@ -87,6 +87,30 @@ def test_the_scene_reaches_the_answer(gemma: LlamaCppBackend) -> None:
     assert "wav" in text.lower() or "person" in text.lower()
 
 
+@pytest.mark.parametrize(
+    "before, now, question",
+    [
+        ("cat", "person", "What is that?"),
+        ("laptop", "cup", "What do you see?"),
+        ("teddy bear", "banana", "What is that?"),
+    ],
+)
+def test_a_later_question_is_about_what_is_in_view_now(
+    gemma: LlamaCppBackend, before: str, now: str, question: str
+) -> None:
+    """The earlier turn keeps the scene it was asked in; without it the model named the
+    earlier object (the cat as "a dog") for all three (benchmarks/grounded_turns.py)."""
+
+    def scene(name: str) -> str:
+        return f"The camera shows a {name} in the centre. The hand points at the {name}."
+
+    history = (Turn("user", "What is this?", scene(before)), Turn("robot", f"This is a {before}."))
+    text = _answer(
+        gemma, Prompt(DEFAULT_SYSTEM_PROMPT, scene=scene(now), history=history, user=question)
+    ).lower()
+    assert now.split()[-1] in text and before.split()[-1] not in text
+
+
 def test_stop_strings_are_honoured(gemma: LlamaCppBackend, gemma_path: Path) -> None:
     # Without the line-break stop the base model goes on to write the next turns itself.
     loose = LlamaCppBackend(

@@ -36,6 +36,18 @@ def words(text: str) -> int:
             "Be brief.\n\nUser: Hi\nRobot: Hello! Nice to meet you.\n(Robot sees: a red box)\n"
             "User: What is it?\nRobot:",
         ),
+        # An earlier turn keeps the scene it was asked in.
+        (
+            Prompt(
+                "Be brief.",
+                scene="a cat",
+                history=(Turn("user", "What is this?", "a cup"), Turn("robot", "A cup.")),
+                user="And that?",
+            ),
+            True,
+            "Be brief.\n\n(Robot sees: a cup)\nUser: What is this?\nRobot: A cup.\n"
+            "(Robot sees: a cat)\nUser: And that?\nRobot:",
+        ),
         # No user text: a proactive turn, the robot speaks up on its own.
         (
             Prompt("Be brief.", scene="a person waving"),
@@ -78,6 +90,16 @@ def test_a_growing_user_text_only_appends() -> None:
     ]
     assert texts[0] < texts[1] < texts[2]
     assert texts[1].startswith(texts[0]) and texts[2].startswith(texts[1])
+
+
+def test_a_finished_turn_in_the_history_reads_as_its_own_prompt_did() -> None:
+    """What the model evaluated for a turn (scene, question, answer) is where the next turn's
+    prompt starts, so the KV cache holds it."""
+    asked = Prompt("S", scene="a cup", history=HISTORY, user="what is this")
+    answered = DEFAULT_FORMAT.render(asked) + " A cup.\n"
+    history = (*HISTORY, Turn("user", "what is this", "a cup"), Turn("robot", "A cup."))
+    nxt = DEFAULT_FORMAT.render(Prompt("S", scene="a cat", history=history, user="and that"))
+    assert nxt.startswith(answered)
 
 
 def test_custom_labels_and_stop_strings() -> None:

@@ -126,6 +126,21 @@ def test_history_keeps_what_was_said_and_only_finished_sentences_of_a_cut_answer
     )
 
 
+def test_history_keeps_the_scene_each_turn_was_asked_in():
+    ctx = context_with_speech()
+    ctx.add_association(T0, [(T0, "a red cup")])
+    ctx.begin_turn(spoken(1), SYSTEM, T0, vision=True, max_age_ns=MAX_AGE)
+    ctx.end_turn(TurnEnded(1, "done", "It is a cup.", "finished"), T0, 16)
+    ctx.add_scene(T0, "a person waving", True)
+    ctx.begin_turn(StartTurn(2, "", "proactive", 0), SYSTEM, T0, vision=True, max_age_ns=MAX_AGE)
+    ctx.end_turn(TurnEnded(2, "done", "Hello there.", "finished"), T0, 16)
+    assert ctx.history == (
+        Turn("user", "what is this", "a red cup"),
+        Turn("robot", "It is a cup."),
+        Turn("robot", "Hello there.", "a person waving"),  # no user line: the scene stays
+    )
+
+
 def test_history_is_trimmed_to_max_turns_oldest_first():
     ctx = TurnContext(T0)
     for turn in range(1, 5):

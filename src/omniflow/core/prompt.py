@@ -10,6 +10,7 @@ template, such as the embedded Gemma 3 270M)::
 
     {system}
 
+    (Robot sees: {the scene of that turn})
     User: {turn}
     Robot: {turn}
     (Robot sees: {scene})
@@ -19,10 +20,14 @@ template, such as the embedded Gemma 3 270M)::
 Why this order: the part that changes least comes first, so it stays in the model's KV cache
 across turns. The system text never changes and the history only grows at its end; the scene
 changes with every turn, so it sits *after* the history, next to the question it is about,
-and a new scene costs only its own few tokens instead of the whole history. The user's text
-is last because it grows while the user speaks (:meth:`PromptFormat.prefix` is everything
-before it). Newlines inside any field are folded into spaces: a line break is what ends a turn
-(a stop string), so the user cannot inject a fake "Robot:" line.
+and a new scene costs only its own few tokens instead of the whole history. An earlier user
+turn keeps the scene it was asked in (:attr:`Turn.scene`): a small model given "What is
+this?" / "This is a cup." without it took the cup for what the next question was about and
+named the wrong thing, and with it the history reads exactly as that turn's prompt did, so
+the cache holds it already. The user's text is last because it grows while the user speaks
+(:meth:`PromptFormat.prefix` is everything before it). Newlines inside any field are folded
+into spaces: a line break is what ends a turn (a stop string), so the user cannot inject a
+fake "Robot:" line.
 
 :func:`fit_history` makes a prompt fit a token budget by dropping the oldest turns, then, if
 even that is not enough, by keeping only the last words of the user's text (the end of what
@@ -44,10 +49,13 @@ _SPACES = re.compile(r"\s+")
 
 @dataclass(frozen=True)
 class Turn:
-    """One earlier turn of the conversation."""
+    """One earlier turn of the conversation. ``scene``: what the robot saw when the exchange
+    began ("" when nothing), kept by its first turn (the user's question, or the robot's
+    words when it spoke up unprompted) and laid out before it."""
 
     role: Literal["user", "robot"]
     text: str
+    scene: str = ""
 
 
 @dataclass(frozen=True)
@@ -89,11 +97,14 @@ class PromptFormat:
             parts.append(system + "\n\n")
         for turn in prompt.history:
             label = self.user_label if turn.role == "user" else self.robot_label
+            parts.append(self._scene_line(turn.scene))
             parts.append(f"{label}: {_one_line(turn.text)}\n")
-        scene = _one_line(prompt.scene)
-        if scene:
-            parts.append(self.scene_template.format(scene=scene) + "\n")
+        parts.append(self._scene_line(prompt.scene))
         return "".join(parts)
+
+    def _scene_line(self, scene: str) -> str:
+        scene = _one_line(scene)
+        return self.scene_template.format(scene=scene) + "\n" if scene else ""
 
     def prefix(self, prompt: Prompt) -> str:
         """Everything before the user's text: system, history, scene and the user label.

@@ -15,7 +15,8 @@ turns as they start and end; the context answers what goes into the model's prom
   frames the fusion node encoded (a scene names each; only those can be chosen, and a named
   object is looked for seconds back), ``_ENCODED`` deep, and the frames an association chose,
   kept until the turn of their utterance ends (at most ``_PINNED`` utterances);
-- **history**: what the user and the robot said, oldest first, at most ``max_turns`` entries.
+- **history**: what the user and the robot said, oldest first, at most ``max_turns`` entries,
+  each user turn with the scene its prompt carried.
   An answer cut short keeps only its finished sentences (a fragment would be imitated); a
   failed one keeps what was said;
 - **when to speak unprompted**: the proactive policy's facts (a person appearing in the
@@ -155,6 +156,7 @@ class TurnContext:
         self.policy = policy if policy is not None else ProactivePolicy(())
         self._history: deque[Turn] = deque()
         self._user_texts: dict[int, str] = {}  # turn id -> what the user said
+        self._turn_scenes: dict[int, str] = {}  # turn id -> the scene its prompt carried
         self._utterance_start: dict[int, int] = {}  # utterance id -> start stamp
         self._associations: deque[_Association] = deque(maxlen=_ASSOCIATIONS)
         self._scenes: deque[tuple[int, str]] = deque(maxlen=_SCENES)
@@ -319,6 +321,8 @@ class TurnContext:
         self._turn_utterance[start.turn_id] = start.utterance_id
         trim_oldest(self._turn_utterance)
         seen = self.seen(start.utterance_id, now_ns, max_age_ns) if vision else Seen()
+        self._turn_scenes[start.turn_id] = seen.text
+        trim_oldest(self._turn_scenes)
         images = ()
         if vision and decode is not None:
             images = tuple(
@@ -336,14 +340,15 @@ class TurnContext:
         """Keep what was said (an answer cut short: its finished sentences), forget turns
         beyond ``max_turns`` entries, and start counting idle time."""
         user = self._user_texts.pop(ended.turn_id, "")
+        scene = self._turn_scenes.pop(ended.turn_id, "")
         self._pinned.pop(self._turn_utterance.pop(ended.turn_id, 0), None)
         robot = ended.response.strip()
         if ended.outcome in ("interrupted", "cancelled"):
             robot = complete_sentences(robot)
         if user:
-            self._history.append(Turn("user", user))
-        if robot:
-            self._history.append(Turn("robot", robot))
+            self._history.append(Turn("user", user, scene))
+        if robot:  # a turn without the user's words (proactive) keeps its scene here
+            self._history.append(Turn("robot", robot, "" if user else scene))
         while len(self._history) > max_turns:
             self._history.popleft()
         self.mark_idle(now_ns)

@@ -39,22 +39,28 @@ def image_data_uri(image: Any, quality: int = 85) -> str:
     return "data:image/jpeg;base64," + base64.b64encode(jpeg.tobytes()).decode("ascii")
 
 
+def _with_scene(scene: str, text: str) -> str:
+    """A user message with what the robot saw put before it."""
+    text = text.strip()
+    return f"(You see: {scene.strip()})\n{text}".strip() if scene.strip() else text
+
+
 def chat_messages(prompt: Prompt, *, images: bool = True) -> list[dict[str, Any]]:
     """OpenAI-style chat messages for a prompt: system, history, then the user turn.
 
-    The scene text goes into the user turn (a text-only model sees the frames as text); with
+    The scene text goes into the user turn, an earlier user turn's into that one (a
+    text-only model sees the frames as text); with
     ``images`` the prompt's frames go in before it as ``image_url`` content (data URIs).
     """
     messages: list[dict[str, Any]] = []
     if prompt.system.strip():
         messages.append({"role": "system", "content": prompt.system.strip()})
     for turn in prompt.history:
-        messages.append(
-            {"role": "user" if turn.role == "user" else "assistant", "content": turn.text}
-        )
-    text = prompt.user.strip()
-    if prompt.scene.strip():
-        text = f"(You see: {prompt.scene.strip()})\n{text}".strip()
+        if turn.role == "user":
+            messages.append({"role": "user", "content": _with_scene(turn.scene, turn.text)})
+        else:
+            messages.append({"role": "assistant", "content": turn.text})
+    text = _with_scene(prompt.scene, prompt.user)
     if images and prompt.images:
         content: list[dict[str, Any]] = [
             {"type": "image_url", "image_url": {"url": image_data_uri(image)}}
