@@ -1,4 +1,5 @@
-"""Where the installed package's shared files (samples, config, launch) are."""
+"""Where the installed package's shared files (samples, config, launch) are, and where it
+caches the files it makes from them."""
 
 from __future__ import annotations
 
@@ -38,3 +39,10 @@ def sample(name: str) -> Path:
     if not path.is_file():
         raise FileNotFoundError(f"bundled sample {path} is missing; reinstall the package")
     return path
+
+
+def cache_dir() -> Path:
+    """Where omniflow keeps files it makes once (an assembled model, a converted one):
+    ``$XDG_CACHE_HOME/omniflow``, else ``~/.cache/omniflow``."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / PACKAGE

