@@ -414,7 +414,7 @@ def test_make_recognizer_picks_the_engine_and_refuses_bad_combinations(tmp_path:
     assert isinstance(make_recognizer("pocketsphinx"), PocketsphinxRecognizer)
     with pytest.raises(ConfigError, match="pocketsphinx only"):
         make_recognizer("whisper", grammar_path=tmp_path / "commands.jsgf")
-    with pytest.raises(ConfigError, match="allowed: pocketsphinx, whisper"):
+    with pytest.raises(ConfigError, match="allowed: moonshine, pocketsphinx, whisper"):
         make_recognizer("vosk")
     with pytest.raises(ConfigError, match="no Whisper model"):
         make_recognizer("whisper", whisper_model_path=tmp_path / "nothing")

