@@ -19,7 +19,8 @@ Method (prints one JSON object):
   has drafts read the whole 30 s window, as before drafts were cut; ``whisper2_final_20s``
   has finals read a 20 s window (``asr.whisper.final_window_s``; only when asked for with
   ``--engines``). Whisper base with 2
-  threads and beam 5 (``base2``, only when asked for with ``--engines``).
+  threads and beam 5 (``base2``, only when asked for with ``--engines``). Moonshine base
+  (``moonshine2``, ``MoonshineRecognizer``, 2 threads: ``asr.engine: moonshine``).
 - Streaming as in the node: 40 ms chunks fed at real time (the feeder sleeps until each chunk's
   capture time has passed), ``finish()`` right after the last chunk (the VAD's end event).
   At the end, ``end()`` and then ``poll_final()`` every 10 ms until the final is there (the
@@ -29,7 +30,8 @@ Method (prints one JSON object):
   latency from ``end()`` to the final transcript (what the user waits for once the VAD has
   seen the end; a blocking ``finish()`` takes this long), the first partial's delay after
   speech onset, and the engine's compute:
-  pocketsphinx's feed+finish time; Whisper's worker decode time (partials and finals).
+  pocketsphinx's feed+finish time; Whisper's and Moonshine's worker decode time (partials
+  and finals).
   Real-time factor = compute / audio duration; for Whisper also one decode of the whole
   utterance (``rtf_one_decode``: what a decode-at-the-end design would wait for), its word
   error rate (``wer_full_decode``: the streaming final, which reuses the decode that already
@@ -62,7 +64,13 @@ from _common import median, ratio, summary, write_result
 from scipy.signal import resample_poly
 
 from omniflow.core.text import edit_distance, words
-from omniflow.engines.asr import PocketsphinxRecognizer, Recognizer, WhisperRecognizer
+from omniflow.engines.asr import (
+    PocketsphinxRecognizer,
+    Recognizer,
+    StreamingRecognizer,
+    WhisperRecognizer,
+)
+from omniflow.engines.moonshine import MoonshineRecognizer
 from omniflow.engines.whisper_models import whisper_model_dir
 
 CHUNK = 640  # 40 ms at 16 kHz
@@ -149,7 +157,7 @@ def run_engine(
     compute_rtf: list[float] = []
     texts: list[list[str]] = []
     audio_s = 0.0
-    whisper = isinstance(rec, WhisperRecognizer)
+    whisper = isinstance(rec, StreamingRecognizer)  # decodes on a worker of its own
     for kind, ref, samples in utterances:
         before = rec.stats.decode_ns_total if whisper else 0
         out = stream(rec, samples)
@@ -234,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=1, help="passes over the sentences")
     parser.add_argument(
         "--engines",
-        default="ps_open,ps_grammar,whisper1,whisper2,whisper2_greedy,whisper2_full_drafts",
+        default="ps_open,ps_grammar,moonshine2,whisper1,whisper2,whisper2_greedy,whisper2_full_drafts",
         help="comma-separated subset of the engines",
     )
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
@@ -249,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     engines = {
         "ps_open": lambda: PocketsphinxRecognizer(),
         "ps_grammar": lambda: PocketsphinxRecognizer(grammar=GRAMMAR),
+        "moonshine2": lambda: MoonshineRecognizer(threads=2),
         "whisper1": lambda: WhisperRecognizer(threads=1),
         "whisper2": lambda: WhisperRecognizer(threads=2),
         "whisper2_greedy": lambda: WhisperRecognizer(threads=2, beam_size=1),

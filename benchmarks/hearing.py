@@ -14,8 +14,9 @@ Method (prints one JSON object):
   0.6 s, direct-to-reverberant -3 dB) before the noise is added.
 - Sources: ``16k`` as captured; ``8k`` the same room through a telephone-band source (the mix
   resampled to 8 kHz and back to 16 kHz, as the capture node does for an 8 kHz microphone).
-- Recognisers: ``--models`` (default tiny.en), each a ``WhisperRecognizer`` as the fusion
-  node runs it (2 threads, beam 5; ``asr.whisper.model``: tiny.en, base), streamed with
+- Recognisers: ``--models`` (default tiny.en), each as the fusion node runs it: tiny.en and
+  base a ``WhisperRecognizer`` (2 threads, beam 5; ``asr.whisper.model``), ``moonshine``
+  the ``MoonshineRecognizer`` (``asr.engine: moonshine``, 2 threads), streamed with
   ``benchmarks/asr.py``'s ``stream``: 40 ms chunks at real time, then ``end()`` and
   ``poll_final()`` every 10 ms; the noise goes on for ``--tail-ms`` after the speech (the
   VAD's closing silence). Each sentence is heard by every model and suppressor in turn
@@ -40,6 +41,7 @@ busy 2-core machine)::
     .venv/bin/python benchmarks/hearing.py --json build/bench/hearing.json
     .venv/bin/python benchmarks/hearing.py --unpaced --denoise none,speex,rnnoise
     .venv/bin/python benchmarks/hearing.py --models tiny.en,base --noises fan,babble
+    .venv/bin/python benchmarks/hearing.py --unpaced --models tiny.en,moonshine
 """
 
 from __future__ import annotations
@@ -68,8 +70,9 @@ from omniflow.core.room_sounds import (  # noqa: E402
     motor_noise,
 )
 from omniflow.core.text import edit_distance, words  # noqa: E402
-from omniflow.engines.asr import WhisperRecognizer  # noqa: E402
+from omniflow.engines.asr import StreamingRecognizer, WhisperRecognizer  # noqa: E402
 from omniflow.engines.denoise import make_denoiser  # noqa: E402
+from omniflow.engines.moonshine import MoonshineRecognizer  # noqa: E402
 from omniflow.engines.whisper_models import whisper_model_dir  # noqa: E402
 
 SENTENCES = (*OPEN, COMMANDS[1], COMMANDS[4])
@@ -127,7 +130,14 @@ def suppressed(name: str, mix: np.ndarray, costs: list[float]) -> np.ndarray:
     return np.concatenate(out)[warm:]
 
 
-def hear(rec: WhisperRecognizer, mix: np.ndarray, paced: bool) -> tuple[str, float, float]:
+def recognizer(model: str) -> StreamingRecognizer:
+    """The recogniser ``--models`` names, as the fusion node builds it."""
+    if model == "moonshine":
+        return MoonshineRecognizer(threads=2)
+    return WhisperRecognizer(whisper_model_dir(model)[0], threads=2)
+
+
+def hear(rec: StreamingRecognizer, mix: np.ndarray, paced: bool) -> tuple[str, float, float]:
     """One sentence streamed through ``rec``: its final text, the final's latency after
     ``end()`` (NaN unpaced) and the worker's mean time per decode (ms)."""
     stats = rec.stats
@@ -144,7 +154,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tail-ms", type=int, default=400, help="noise after the speech")
     parser.add_argument("--quick", action="store_true", help="10 dB and the fan only")
     parser.add_argument(
-        "--models", default="tiny.en", help="comma-separated Whisper models (tiny.en, base)"
+        "--models",
+        default="tiny.en",
+        help="comma-separated recognisers: the Whisper models tiny.en, base; moonshine",
     )
     parser.add_argument(
         "--denoise",
@@ -163,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     models = args.models.split(",")
     denoisers = args.denoise.split(",")
     for option, given, allowed in (
-        ("--models", models, ("tiny.en", "base")),
+        ("--models", models, ("tiny.en", "base", "moonshine")),
         ("--denoise", denoisers, ("none", "speex", "rnnoise")),
         ("--noises", args.noises.split(","), ("fan", "motor", "babble")),
         ("--distances", args.distances.split(","), ("near", "far")),
@@ -183,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     noises = {name: made[name] for name in chosen}
     snrs = (10.0,) if args.quick else SNRS_DB
     distances = [d == "far" for d in args.distances.split(",")]
-    recs = {m: WhisperRecognizer(whisper_model_dir(m)[0], threads=2) for m in models}
+    recs = {m: recognizer(m) for m in models}
     listeners = list(itertools.product(models, denoisers))
     conditions: list[dict[str, Any]] = []
     every = {who: {"latency": [], "decode": []} for who in listeners}

@@ -15,8 +15,9 @@ PATH`` also writes it.
 ``--baseline NAME`` also replays the session, run for run alternating with the defaults, with
 one of ``BASELINES``: ``turn-taking`` before the semantic end of turn (``vad.min_silence_ms``
 400, the dialogue answering every final at once), ``partials`` before the draft partials and
-vision's yield (``asr.whisper.draft_window_s`` 30, ``vision.turn_yield_ms`` 0); it gives
-each stage's median beside the defaults' and their ratio.
+vision's yield (``asr.whisper.draft_window_s`` 30, ``vision.turn_yield_ms`` 0), or the other
+recogniser, ``moonshine`` (``asr.engine`` moonshine); it gives each stage's median beside the
+defaults' and their ratio.
 
     .venv/bin/python benchmarks/session_replay.py --runs 3 --json build/bench/session_replay.json
 """
@@ -38,13 +39,14 @@ from omniflow import demo, report
 # Baselines (--baseline NAME): "turn-taking", before the semantic end of turn (the VAD's
 # 400 ms closing silence, every final transcript answered at once); "partials", before the
 # draft partials and vision's yield at the end of a turn (partials read Whisper's whole
-# window, frames encoded throughout).
+# window, frames encoded throughout); "moonshine", the other open-vocabulary recogniser.
 BASELINES = {
     "turn-taking": {
         "fusion": {"vad.min_silence_ms": 400},
         "dialogue": {"end_of_turn.enabled": False},
     },
     "partials": {"fusion": {"asr.whisper.draft_window_s": 30.0, "vision.turn_yield_ms": 0}},
+    "moonshine": {"fusion": {"asr.engine": "moonshine"}},
 }
 
 

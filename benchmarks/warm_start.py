@@ -12,9 +12,9 @@ alternating round by round so load on the machine falls on both alike:
   evaluation and the first token) and the ratio first turn / second turn (the issue's
   target: <= 1.5). Each turn has its own scene, so both evaluate a scene and a question
   after the cached system text, as turns in a conversation do.
-- Recogniser (Whisper tiny.en, 2 threads, beam 5): construct (its load-time warm-up decode
-  runs on its worker), wait until idle, then decode two espeak-ng utterances. Figure: each
-  decode's time and the ratio first / second.
+- Recognisers (Whisper tiny.en with beam 5, the default, and Moonshine base; 2 threads
+  each): construct (the load-time warm-up decodes run on its worker), wait until idle, then
+  decode two espeak-ng utterances. Figure: each decode's time and the ratio first / second.
 
 Run from the repository root (about 2 minutes)::
 
@@ -38,6 +38,7 @@ from omniflow.core.prompt import Prompt
 from omniflow.engines.asr import WhisperRecognizer
 from omniflow.engines.llm import LLM_PARAMS, make_backend
 from omniflow.engines.model_worker import llm_values, warm_up
+from omniflow.engines.moonshine import MoonshineRecognizer
 
 # (scene, question) of the first and the second turn.
 TURNS = (
@@ -68,8 +69,14 @@ def llm_round(warm: bool) -> list[float]:
         backend.close()
 
 
-def asr_round(audio: list[np.ndarray]) -> list[float]:
-    rec = WhisperRecognizer(threads=2)
+RECOGNISERS = {
+    "whisper": lambda: WhisperRecognizer(threads=2),
+    "moonshine": lambda: MoonshineRecognizer(threads=2),
+}
+
+
+def asr_round(make, audio: list[np.ndarray]) -> list[float]:
+    rec = make()
     rec.wait_idle(60)
     times = []
     for samples in audio:
@@ -97,14 +104,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     audio = [speak(text, 400, 20.0, seed) for seed, text in enumerate(UTTERANCES)]
     llm: dict[bool, list[list[float]]] = {True: [], False: []}
-    rec: list[list[float]] = []
+    rec: dict[str, list[list[float]]] = {name: [] for name in RECOGNISERS}
     for _ in range(args.rounds):
         for variant in (False, True):
             llm[variant].append(llm_round(variant))
-        rec.append(asr_round(audio))
+        for name, make in RECOGNISERS.items():
+            rec[name].append(asr_round(make, audio))
     result = {
         "llm_first_token": {"cold": spread(llm[False]), "warm_up": spread(llm[True])},
-        "whisper_decode": spread(rec),
+        **{f"{name}_decode": spread(runs) for name, runs in rec.items()},
     }
     write_result(result, args.json)
     return 0

@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from omniflow import demo, regression
+from omniflow import demo, regression, report
 
 pytestmark = pytest.mark.serial  # what was heard, against the words spoken
 
@@ -41,3 +41,24 @@ def test_replaying_the_sample_session_matches_the_golden_file(tmp_path):
         + json.dumps(summary)
         + "\n(if the change is intended: make golden, and review the diff)"
     )
+
+
+def test_the_session_heard_by_moonshine_is_answered_about_what_was_pointed_at(tmp_path):
+    """``asr.engine: moonshine`` in the whole graph: the session's words within the same word
+    error rate, and both questions answered about the object in view."""
+    golden = json.loads(regression.golden_path().read_text(encoding="utf-8"))
+    result = demo.run_session(
+        demo.default_bag(),
+        out_dir=tmp_path,
+        quiet=True,
+        rate=regression.REPLAY_RATE,
+        overrides={
+            "fusion": {"asr.engine": "moonshine", "asr.moonshine.partial_interval_ms": 5000}
+        },
+        namespace=f"/t{uuid.uuid4().hex[:6]}",
+    )
+    summary = regression.summarize(result.run)
+    heard = regression.hearing(summary["transcript"], golden[regression.SPOKEN])
+    assert heard["wer"] <= regression.MAX_WER, heard
+    answers = [regression.named_objects(r["text"]) for r in report.responses(result.run)]
+    assert answers[:1] == [["cup"]] and ["cat"] in answers[1:], answers
