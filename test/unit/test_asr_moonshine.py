@@ -124,3 +124,34 @@ def test_a_model_that_does_not_load_is_an_engine_error(tmp_path) -> None:
     (tmp_path / "decoder_model_merged.onnx").write_bytes(b"not a model")
     with pytest.raises(EngineError, match="cannot"):
         MoonshineModel(tmp_path)
+
+
+class _EndsAtOnce:
+    """A model that ends the first decode at once (as Moonshine does on some short
+    utterances) and hears words in the second."""
+
+    def __init__(self) -> None:
+        self.lengths: list[int] = []
+
+    def decode(self, audio: np.ndarray) -> tuple[list[int], float]:
+        self.lengths.append(len(audio))
+        return ([], math.nan) if len(self.lengths) == 1 else ([7, 8], -0.1)
+
+    def text(self, tokens: list[int]) -> str:
+        return "red cup" if tokens else ""
+
+
+def test_an_utterance_decoded_to_nothing_is_decoded_again_with_silence_after_it() -> None:
+    from omniflow.engines.asr import _Job
+
+    model = _EndsAtOnce()
+    decode = MoonshineRecognizer._decode_fn(model)
+    speech = np.concatenate([np.zeros(3200), np.full(8000, 3000), np.zeros(1600)])
+    result = decode(_Job(1, speech.astype(np.int16)))
+    assert result.text == "red cup"
+    assert model.lengths == [len(speech), len(speech) + 4000]  # 0.25 s of silence after it
+    assert result.words[0][1] == 3200 * 62_500  # from the voiced audio's start
+    # Silence is not decoded again: nothing was said.
+    quiet = _EndsAtOnce()
+    assert MoonshineRecognizer._decode_fn(quiet)(_Job(1, np.zeros(16000, np.int16))).text == ""
+    assert len(quiet.lengths) == 1

@@ -59,6 +59,9 @@ _MIN_SAMPLES = SAMPLE_RATE // 10
 # Speech has 3-4 tokens a second: the decoder stops at 6 a second of audio, plus 8 (a loop
 # on noise ends there, and loop_cut removes it).
 _TOKENS_PER_S, _TOKENS_EXTRA = 6, 8
+# Moonshine sometimes ends a short utterance at once (no words): with this much voiced audio
+# the snapshot is decoded again with silence after it, which it then hears.
+_RETRY_VOICED, _RETRY_PAD = int(0.3 * SAMPLE_RATE), SAMPLE_RATE // 4
 _FRAME = SAMPLE_RATE // 50  # 20 ms frames for finding the voiced span
 
 
@@ -200,7 +203,7 @@ class MoonshineModel:
 def voiced_span(samples: np.ndarray) -> tuple[int, int]:
     """First and last sample (end exclusive) of the 20 ms frames above the noise floor: the
     rule the recogniser's pause detection uses (twice the quietest frame, or 3 % of the
-    loudest). The whole snapshot when it has no frame above it.
+    loudest). (0, 0) when it has no frame above it.
 
     >>> quiet, loud = np.zeros(3200, np.int16), np.full(1600, 3000, np.int16)
     >>> voiced_span(np.concatenate([quiet, loud, quiet]))
@@ -208,12 +211,12 @@ def voiced_span(samples: np.ndarray) -> tuple[int, int]:
     """
     frames = len(samples) // _FRAME
     if frames == 0:
-        return 0, len(samples)
+        return 0, 0
     blocks = samples[: frames * _FRAME].astype(np.float64).reshape(frames, _FRAME)
     rms = np.sqrt(np.mean(np.square(blocks), axis=1))
     voiced = np.flatnonzero(rms > max(2.0 * rms.min(), 0.03 * rms.max()))
     if len(voiced) == 0:
-        return 0, len(samples)
+        return 0, 0
     return int(voiced[0]) * _FRAME, int(voiced[-1] + 1) * _FRAME
 
 
@@ -243,7 +246,9 @@ class MoonshineRecognizer(StreamingRecognizer):
     same greedy decode of the whole utterance so far (the encoder reads only the speech, so
     there is no window to cut). ``model_path``: a Moonshine model directory (None: the base-en
     model of ``moonshine-cpp``); ``threads``: ONNX Runtime's threads. Word times are
-    estimated (module doc). Loading takes about 1 s.
+    estimated (module doc). A decode that ends at once on 0.3 s or more of speech (Moonshine
+    does, on some short utterances) is made again with 0.25 s of silence after the audio.
+    Loading takes about 1 s.
     """
 
     def __init__(
@@ -278,12 +283,17 @@ class MoonshineRecognizer(StreamingRecognizer):
     def _decode_fn(model: MoonshineModel) -> Any:
         def decode(job: _Job) -> RecognitionResult:
             samples = job.samples
-            tokens, logprob = model.decode(samples.astype(np.float32) / 32768.0)
+            audio = samples.astype(np.float32) / 32768.0
+            start, end = voiced_span(samples)
+            tokens, logprob = model.decode(audio)
+            if not tokens and end - start >= _RETRY_VOICED:
+                tokens, logprob = model.decode(np.pad(audio, (0, _RETRY_PAD)))
             words = model.text(tokens).split()
             words = words[: loop_cut(words, None)]
             if not words:
                 return RecognitionResult("", math.nan, [])
-            start, end = voiced_span(samples)
+            if end <= start:  # words from no voiced frame: spread over the whole snapshot
+                start, end = 0, len(samples)
             spread = spread_words(words, start, end)
             return RecognitionResult(" ".join(words), math.exp(logprob), spread)
 
