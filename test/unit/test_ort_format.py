@@ -23,6 +23,7 @@ ENCODER = bundled_moonshine_model() / "encoder_model.ort"
 def encode(model: str | bytes, audio: np.ndarray) -> np.ndarray:
     options = ort.SessionOptions()
     options.log_severity_level = 3
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # shared cores
     session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
     return session.run(None, {"input_values": audio})[0]
 
