@@ -21,6 +21,7 @@ from omniflow.core.fusion_events import (
     VoiceActivityEvent,
 )
 from omniflow.core.fusion_pipeline import (
+    MAX_FRAME_LAG_NS,
     MAX_TURN_YIELD_NS,
     PREROLL_NS,
     SILENCE_IDLE_EVERY_NS,
@@ -585,6 +586,37 @@ def test_a_speech_start_is_associated_with_the_frames_in_its_window():
     assert sum(c.chosen for c in decision.candidates) == 1
     assert all(c.chosen or c.reason for c in decision.candidates)
     assert pipeline.stats.associations == 1
+
+
+@pytest.mark.parametrize("lag_ms", [200, 400])
+def test_a_speech_start_waits_for_the_frames_of_its_window_from_a_camera_behind(lag_ms):
+    """Each frame arrives ``lag_ms`` after the audio of its moment (a busy machine): the
+    decision waits for the window's frames instead of deciding on the audio's clock alone."""
+    pipeline, engines = make(ScriptedVad(confirm=2), vision=True, vision_rate_hz=30.0)
+    lag = lag_ms * NS_PER_MS
+    events = []
+    for i, level in enumerate([QUIET] * 25 + [LOUD] * 10 + [QUIET] * 20):
+        stamp = T0 + i * CHUNK_NS
+        frame = (stamp - lag, np.zeros((4, 4, 3), np.uint8)) if stamp - lag >= T0 else None
+        events += pipeline.step(stamp + CHUNK_NS, audio=[(stamp, chunk(level, i))], frame=frame)
+    (start,) = activity(events, Activity.START)
+    (decision,) = of(events, Decision)
+    t = start.stamp_ns
+    encoded = [s for s in engines.vision.stamps if t - 80 * NS_PER_MS <= s <= t + 120 * NS_PER_MS]
+    assert len(encoded) >= 4
+    assert [c.stamp_ns for c in decision.candidates] == encoded
+
+
+def test_a_camera_further_behind_than_the_lag_cap_does_not_hold_the_decision():
+    pipeline, _ = make(ScriptedVad(confirm=2), vision=True, vision_rate_hz=30.0)
+    lag = MAX_FRAME_LAG_NS + 200 * NS_PER_MS
+    events = []
+    for i, level in enumerate([QUIET] * 25 + [LOUD] * 10 + [QUIET] * 30):
+        stamp = T0 + i * CHUNK_NS
+        frame = (stamp - lag, np.zeros((4, 4, 3), np.uint8)) if stamp - lag >= T0 else None
+        events += pipeline.step(stamp + CHUNK_NS, audio=[(stamp, chunk(level, i))], frame=frame)
+    (decision,) = of(events, Decision)
+    assert decision.candidates == ()  # decided on the audio's clock: its frames came too late
 
 
 def test_speech_is_reported_ongoing_once_per_slice_while_it_lasts():

@@ -127,6 +127,10 @@ MAX_PENDING_AUDIO = 100
 # The longest frames wait after the user's speech ended (for its final transcript, and
 # vision.turn_yield_ms after it).
 MAX_TURN_YIELD_NS = 2 * NS_PER_S
+# A decision waits for the frames of its window while the camera is at most this far behind
+# the microphone (a busy machine delivers frames late); further behind, or no camera: it is
+# decided when the window has closed on the audio's clock.
+MAX_FRAME_LAG_NS = 500 * NS_PER_MS
 # A vision token may arrive this far behind the newest token (the onset frame is encoded
 # after the VAD confirmed the start, up to ~0.3 s later).
 REORDER_NS = 500 * NS_PER_MS
@@ -578,6 +582,7 @@ class FusionPipeline:
         self._played: list[tuple[int, np.ndarray]] = []
         self._frame: tuple[int, np.ndarray] | None = None
         self._raw_frames: deque[tuple[int, np.ndarray]] = deque()  # the onset ring
+        self._last_frame_ns: int | None = None  # the stamp of the last frame received
         self._onsets_due: list[int] = []  # speech onsets whose nearest frame is to encode
         self._encoded: deque[int] = deque(maxlen=64)  # stamps of the frames encoded
         self._open: dict[int, int] = {}  # utterance id -> onset, until its words decided
@@ -656,6 +661,7 @@ class FusionPipeline:
         """An RGB frame; only the newest one offered before an encode is encoded (and the
         one nearest a speech onset, from the onset ring)."""
         self._frame = (stamp_ns, rgb)
+        self._last_frame_ns = stamp_ns
         ring = self._raw_frames
         if self.config.onset_ring_ns <= 0:
             return
@@ -1067,8 +1073,22 @@ class FusionPipeline:
             self.associator.request(trigger, Ask(final.utterance_id, query, look_back))
         # What an utterance, open or to come, may still look back to is never retired.
         self.associator.keep_from_ns = min(self._open.values(), default=self._now_ns) - look_back
-        self._slice_out.extend(self.associator.poll(current.end_ns - self.scheduler.slice_ns))
+        self._slice_out.extend(self.associator.poll(self._frames_in_by(current)))
         self._slice_out.extend(held)
+
+    def _frames_in_by(self, current: Slice) -> int:
+        """Stream time up to which windows are complete: the slice's start (one slice of
+        slack), or the last frame received when the camera is behind the microphone by at
+        most ``MAX_FRAME_LAG_NS`` (its frames in the window are still to come)."""
+        now_ns = current.end_ns - self.scheduler.slice_ns
+        last = self._last_frame_ns
+        if (
+            self.engines.vision is None
+            or last is None
+            or not 0 <= now_ns - last <= MAX_FRAME_LAG_NS
+        ):
+            return now_ns
+        return last
 
     def _emit(self, current: Slice) -> None:
         out, self._slice_out = self._slice_out, []
