@@ -162,7 +162,7 @@ class MoonshineModel:
 
     def decode(self, audio: np.ndarray) -> tuple[list[int], float]:
         """Token ids for float32 ``audio`` (16 kHz, -1..1), without the start and end tokens,
-        and the mean log probability of the chosen tokens (NaN when none was chosen)."""
+        and the mean log probability of the chosen tokens, the end token included."""
         budget = int(len(audio) / SAMPLE_RATE * _TOKENS_PER_S) + _TOKENS_EXTRA
         if len(audio) < _MIN_SAMPLES:
             audio = np.pad(audio, (0, _MIN_SAMPLES - len(audio)))
@@ -194,8 +194,8 @@ class MoonshineModel:
             for name, value in zip(names, present, strict=True):
                 if step == 0 or ".decoder." in name:
                     cache[name] = value
-        steps = len(tokens) + (len(tokens) < budget)
-        return tokens, logprob / steps if steps else math.nan
+        steps = len(tokens) + (len(tokens) < budget)  # the end token, when it came
+        return tokens, logprob / steps
 
     def text(self, tokens: list[int]) -> str:
         """The text of ``tokens`` (pieces joined, word marks as spaces)."""
