@@ -16,8 +16,10 @@ PATH`` also writes it.
 one of ``BASELINES``: ``turn-taking`` before the semantic end of turn (``vad.min_silence_ms``
 400, the dialogue answering every final at once), ``partials`` before the draft partials and
 vision's yield (``asr.whisper.draft_window_s`` 30, ``vision.turn_yield_ms`` 0), or the other
-recogniser, ``moonshine`` (``asr.engine`` moonshine); it gives each stage's median beside the
-defaults' and their ratio.
+recogniser, ``moonshine`` (``asr.engine`` moonshine), or ``answer-ahead``, before the answer
+started while the end-of-turn wait runs (``end_of_turn.answer_ahead`` false); it gives each
+stage's median beside the defaults' and their ratio. ``--set NODE:NAME=VALUE`` changes a
+parameter in both (``--set fusion:asr.engine=moonshine --baseline answer-ahead``).
 
     .venv/bin/python benchmarks/session_replay.py --runs 3 --json build/bench/session_replay.json
 """
@@ -32,6 +34,7 @@ import time
 import uuid
 from pathlib import Path
 
+import yaml
 from _common import median, ratio, write_result
 
 from omniflow import demo, report
@@ -39,7 +42,8 @@ from omniflow import demo, report
 # Baselines (--baseline NAME): "turn-taking", before the semantic end of turn (the VAD's
 # 400 ms closing silence, every final transcript answered at once); "partials", before the
 # draft partials and vision's yield at the end of a turn (partials read Whisper's whole
-# window, frames encoded throughout); "moonshine", the other open-vocabulary recogniser.
+# window, frames encoded throughout); "moonshine", the other open-vocabulary recogniser;
+# "answer-ahead", before the answer started while the end-of-turn wait runs.
 BASELINES = {
     "turn-taking": {
         "fusion": {"vad.min_silence_ms": 400},
@@ -47,6 +51,7 @@ BASELINES = {
     },
     "partials": {"fusion": {"asr.whisper.draft_window_s": 30.0, "vision.turn_yield_ms": 0}},
     "moonshine": {"fusion": {"asr.engine": "moonshine"}},
+    "answer-ahead": {"dialogue": {"end_of_turn.answer_ahead": False}},
 }
 
 
@@ -62,6 +67,26 @@ def replay(overrides: dict | None) -> tuple[dict, float]:
             overrides=overrides,
         )
         return report.latency(result.run), time.monotonic() - began
+
+
+def parse_sets(parser: argparse.ArgumentParser, sets: list[str]) -> dict:
+    """``NODE:NAME=VALUE`` strings as overrides by node (values read as YAML scalars)."""
+    out: dict[str, dict] = {}
+    for item in sets:
+        node, sep, rest = item.partition(":")
+        name, eq, value = rest.partition("=")
+        if not (sep and eq and node and name):
+            parser.error(f"--set {item!r}: expected NODE:NAME=VALUE")
+        out.setdefault(node, {})[name] = yaml.safe_load(value)
+    return out
+
+
+def merged(common: dict, baseline: dict) -> dict:
+    """``common``'s overrides with a baseline's over them."""
+    out = {node: dict(values) for node, values in common.items()}
+    for node, values in baseline.items():
+        out.setdefault(node, {}).update(values)
+    return out
 
 
 def stage_medians(tables: list[dict]) -> dict:
@@ -90,21 +115,30 @@ def main() -> None:
     parser.add_argument(
         "--baseline", choices=sorted(BASELINES), help="also replay with this baseline, alternating"
     )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NODE:NAME=VALUE",
+        help="a parameter for both configurations (repeatable), e.g. fusion:asr.engine=moonshine",
+    )
     parser.add_argument("--json", type=Path, help="also write the JSON here")
     args = parser.parse_args()
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    common = parse_sets(parser, args.set)
     tables, walls, baseline = [], [], []
     for _ in range(args.runs):
-        table, wall = replay(None)
+        table, wall = replay(common)
         tables.append(table)
         walls.append(wall)
         if args.baseline:
-            baseline.append(replay(BASELINES[args.baseline])[0])
+            baseline.append(replay(merged(common, BASELINES[args.baseline]))[0])
     stages = stage_medians(tables)
     out = {
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "session_s": 12.0,
         "runs": args.runs,
+        "set": common,
         "wall_s_per_run": [round(w, 1) for w in walls],
         "stages": stages,
     }

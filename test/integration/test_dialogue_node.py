@@ -161,6 +161,43 @@ def test_a_pause_is_counted_as_far_as_a_fusion_node_running_behind_has_heard(gra
     assert said[0].utterance_id == 2
 
 
+def test_an_answer_started_in_the_pause_is_published_only_once_the_turn_starts(graph):
+    """A final that scores as the end of the turn: its answer is generated while the short
+    wait runs (the stream heard only 10 ms further every 0.1 s: the wait lasts), nothing of
+    it published; once the stream is heard past the wait the turn starts, takes the answer
+    over and publishes it."""
+    now_ns = graph.node.get_clock().now().nanoseconds
+    start_ns, end_ns = now_ns - 10**9, now_ns
+    graph.voice_event(VoiceActivity.START, 5, start_ns, start_ns)
+    time.sleep(0.1)  # in order, as fusion sends them
+    graph.voice_event(VoiceActivity.END, 5, end_ns, start_ns)
+    time.sleep(0.1)
+    graph.final_transcript(5, "What is this?", start_ns, end_ns)
+    for step in range(15):
+        graph.voice_event(VoiceActivity.SILENCE, 0, end_ns + step * 10_000_000)
+        time.sleep(0.1)
+    status = graph.status.wait_until(
+        lambda ms: json.loads(ms[-1].data).get("answers_ahead", 0) >= 1,
+        timeout=ANSWER_TIMEOUT_S,
+        what="the answer started ahead",
+    )
+    assert graph.chunks.messages == []  # nothing published before the turn
+    assert graph.state_sequence()[-1] == DialogueState.USER_SPEAKING
+    graph.voice_event(VoiceActivity.SILENCE, 0, end_ns + 300_000_000)
+    said = graph.said.wait_for(1, timeout=ANSWER_TIMEOUT_S)
+    assert said[0].text == "What is this?"
+    graph.chunks.wait_until(
+        lambda ms: any(m.is_final for m in ms), timeout=ANSWER_TIMEOUT_S, what="the answer"
+    )
+    assert turn_text(graph.chunks.messages, 1).strip()
+    status = graph.status.wait_until(
+        lambda ms: json.loads(ms[-1].data).get("answers_taken_over", 0) >= 1,
+        timeout=10,
+        what="the turn took the answer over",
+    )
+    assert json.loads(status[-1].data)["answers_ahead"] == 1
+
+
 def test_barge_in_stops_generation_and_playback(graph):
     handle, feedback = graph.send(LONG_PROMPT)
     graph.speech_states.wait_until(

@@ -8,6 +8,7 @@ from dataclasses import replace
 import pytest
 
 from omniflow.core.dialogue import (
+    AnswerAhead,
     AwaitTurnEnd,
     DialogueManager,
     DialogueStats,
@@ -111,11 +112,55 @@ def test_a_complete_question_starts_its_turn_once_scored():
     assert of(actions, StartTurn) == [StartTurn(1, "What is this?", "speech", 1)]
 
 
-def test_a_complete_question_scored_early_waits_only_the_short_wait():
+def test_a_complete_question_scored_early_waits_only_the_short_wait_answering_ahead():
     dm = heard("What is this?", 1.1)
-    assert dm.turn_score(1, COMPLETE, 1.12) == [AwaitTurnEnd(1, COMPLETE, 0.2)]
+    assert dm.turn_score(1, COMPLETE, 1.12) == [
+        AwaitTurnEnd(1, COMPLETE, 0.2),
+        AnswerAhead(1, "What is this?"),
+    ]
     assert dm.tick(1.15) == []
-    assert of(dm.tick(1.2), StartTurn)
+    assert of(dm.tick(1.2), StartTurn) == [StartTurn(1, "What is this?", "speech", 1)]
+
+
+def test_the_answer_ahead_carries_the_words_the_turn_will_answer():
+    dm = manager()
+    dm.voice_start(1, 0.09, 0.0)
+    dm.transcript(1, "I would like the", True, 1.0, speech_end=1.0)
+    assert not of(dm.turn_score(1, UNFINISHED, 1.05), AnswerAhead)  # likely to go on
+    dm.voice_start(2, 1.5, 1.5)
+    dm.transcript(2, "red cup.", True, 2.05, speech_end=2.0)
+    ahead = of(dm.turn_score(2, COMPLETE, 2.1), AnswerAhead)
+    assert ahead == [AnswerAhead(2, "I would like the red cup.")]
+    assert of(dm.tick(2.2), StartTurn)[0].user_text == ahead[0].user_text
+
+
+def test_the_user_going_on_within_the_wait_drops_the_answer_ahead():
+    dm = heard("What is this?", 1.1)
+    assert of(dm.turn_score(1, COMPLETE, 1.12), AnswerAhead) == [AnswerAhead(1, "What is this?")]
+    assert dm.voice_start(2, 0.09, 1.15) == [AnswerAhead(2, "")]  # not the end after all
+    assert dm.voice_start(3, 0.09, 1.5) == []  # nothing left to drop
+
+
+def test_partials_are_evaluated_ahead_not_answered():
+    dm = manager()
+    dm.voice_start(1, 0.09, 0.0)
+    assert dm.transcript(1, "What is this?", False, 0.5) == [Warm("What is this?")]
+
+
+@pytest.mark.parametrize(
+    ("probability", "text", "enabled"),
+    [
+        (None, "What is this?", True),  # not scored
+        (COMPLETE, "Please vote no...", True),  # trails off: the long wait
+        (COMPLETE, "What is this?", False),  # end_of_turn.answer_ahead off
+    ],
+)
+def test_no_answer_ahead_when_the_turn_is_not_clearly_complete(probability, text, enabled):
+    dm = manager(answer_ahead=enabled)
+    dm.voice_start(1, 0.09, 0.0)
+    dm.transcript(1, text, True, 1.05, speech_end=1.0)
+    assert of(dm.turn_score(1, probability, 1.06), AwaitTurnEnd)
+    assert not of(dm.turn_score(1, probability, 1.06), AnswerAhead)
 
 
 @pytest.mark.parametrize(
@@ -242,7 +287,7 @@ def test_a_speech_end_stamped_after_now_counts_from_now():
     dm = manager()
     dm.voice_start(1, 0.09, 0.0)
     dm.transcript(1, "What is this?", True, 1.0, speech_end=9.0)  # another host's clock
-    assert dm.turn_score(1, COMPLETE, 1.05) == [AwaitTurnEnd(1, COMPLETE, 0.2)]
+    assert of(dm.turn_score(1, COMPLETE, 1.05), AwaitTurnEnd) == [AwaitTurnEnd(1, COMPLETE, 0.2)]
     assert of(dm.tick(1.2), StartTurn)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +25,7 @@ from omniflow.engines.llm import (
     make_backend,
 )
 from omniflow.engines.llm.llamacpp import probability_of
-from omniflow.engines.model_worker import warm_up
+from omniflow.engines.model_worker import ModelWorker, warm_up
 from omniflow.errors import ConfigError, EngineError
 
 pytest.importorskip("llama_cpp")  # the OpenMP wait policy is set first: test/conftest.py
@@ -229,6 +230,58 @@ def test_the_end_of_turn_score_reuses_the_warm_and_matches_a_fresh_one(tiny_path
         backend.reset()
         assert backend.turn_end_probability(Prompt(SYSTEM, user="and that"), cancel) is None
     finally:
+        backend.close()
+        fresh.close()
+
+
+@pytest.mark.parametrize("takeover", ["whole", "midway"])
+def test_an_answer_taken_over_from_ahead_is_the_answer_generated_for_the_turn(
+    tiny_path: Path, takeover: str
+) -> None:
+    """The model worker's answer ahead on a real model: the turn that takes it over gets
+    exactly what generating its prompt gives (greedy), while the cache holds the answer."""
+    backend = _backend(tiny_path)
+    fresh = _backend(tiny_path)
+    lock = threading.RLock()
+    pieces: list[str] = []
+    done = threading.Event()
+    worker = ModelWorker(
+        lock,
+        on_delta=lambda job, index, text: pieces.append(text),
+        on_done=lambda job, count, error: done.set(),
+        on_warning=pytest.fail,
+    )
+    worker.attach(backend)
+    stop = threading.Event()
+    thread = threading.Thread(target=worker.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        prompt = Prompt(SYSTEM, scene="a red cup", user="what is this")
+        expected, _ = _run(fresh, prompt)
+        assert expected
+        if takeover == "midway":  # pieces 20 ms apart: the turn starts while they come
+            generate = backend.generate
+
+            def slowly(*args, **kwargs):
+                for piece in generate(*args, **kwargs):
+                    time.sleep(0.02)
+                    yield piece
+
+            backend.generate = slowly
+        worker.warm(Prompt(SYSTEM, scene="a red cup", user="what is"))
+        worker.answer_ahead(prompt)
+        deadline = time.monotonic() + 10
+        while worker.stats.answers_ahead == 0 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        time.sleep(0.1)
+        worker.submit(1, prompt, 0)
+        assert done.wait(30)
+        assert "".join(pieces) == expected
+        assert worker.stats.answers_taken_over == 1
+    finally:
+        stop.set()
+        worker.wake()
+        thread.join(10)
         backend.close()
         fresh.close()
 

@@ -1,5 +1,5 @@
 """The model worker with a scripted backend: jobs in order, cancel between tokens, evaluating
-ahead while idle, failures as error texts (tier 1, no ROS, no model)."""
+and answering ahead while idle, failures as error texts (tier 1, no ROS, no model)."""
 
 from __future__ import annotations
 
@@ -31,6 +31,8 @@ class ScriptedBackend(LlmBackend):
         self.warmed: list[str] = []
         self.closed = False
         self.updates: list[dict] = []
+        self.generations: list[str] = []  # the user text of each generation started
+        self.unfinished: list[str] = []  # generations stopped before their last piece
 
     def load(self) -> None:
         pass
@@ -59,13 +61,20 @@ class ScriptedBackend(LlmBackend):
         self._last_stats = GenerationStats(
             first_token_s=0.1, total_s=0.4, generated_tokens=len(self.pieces)
         )
-        for i, piece in enumerate(self.pieces):
-            if i and self.gate is not None:
-                self.gate.wait(TIMEOUT_S)
-                self.gate.clear()
-            if cancel.is_set():
-                return
-            yield piece
+        self.generations.append(prompt.user)
+        finished = False
+        try:
+            for i, piece in enumerate(self.pieces):
+                if i and self.gate is not None:
+                    self.gate.wait(TIMEOUT_S)
+                    self.gate.clear()
+                if cancel.is_set():
+                    return
+                yield piece
+            finished = True
+        finally:
+            if not finished:
+                self.unfinished.append(prompt.user)
         if self.fail:
             raise EngineError(self.fail)
 
@@ -276,6 +285,99 @@ def test_a_failing_score_is_answered_with_none_and_a_warning(backend, harness):
     wait_for(lambda: harness.scores, "the score's answer")
     assert harness.scores == [(4, None)]
     assert "out of memory" in harness.warnings[0]
+
+
+QUESTION = Prompt("sys", scene="a cup", user="What is this?")
+ANSWER = [(1, 0, "It "), (1, 1, "is "), (1, 2, "a "), (1, 3, "cup.")]
+
+
+def test_an_answer_ahead_is_kept_until_its_turn_starts_and_then_delivered_whole(harness):
+    backend = harness.worker.backend
+    harness.worker.answer_ahead(QUESTION)
+    wait_for(lambda: harness.worker.stats.answers_ahead == 1, "answering ahead")
+    time.sleep(0.1)
+    assert harness.deltas == [] and harness.done == []  # nobody receives it yet
+    harness.worker.submit(1, Prompt("sys", scene="a cup", user="What is this?"), 5)
+    wait_for(lambda: harness.done, "the turn's answer")
+    assert harness.deltas == ANSWER
+    assert harness.done == [(1, 4, "")]
+    assert backend.generations == ["What is this?"]  # the turn generated nothing again
+    assert harness.worker.stats.answers_taken_over == 1
+
+
+def test_a_turn_takes_over_its_answer_ahead_in_the_middle(backend, harness):
+    backend.gate = threading.Event()
+    harness.worker.answer_ahead(QUESTION)
+    wait_for(lambda: backend.generations, "answering ahead")
+    harness.worker.submit(1, QUESTION, 5)
+    backend.gate.set()  # the second piece: the worker sees the job and hands it over
+    wait_for(lambda: harness.deltas, "the pieces so far")
+    assert harness.deltas == ANSWER[:2]  # both at once
+    for _ in range(2):
+        backend.gate.set()
+        wait_for(lambda: not backend.gate.is_set(), "the next piece")
+    wait_for(lambda: harness.done, "the turn's answer")
+    assert harness.deltas == ANSWER and harness.done == [(1, 4, "")]
+    assert backend.generations == ["What is this?"] and backend.unfinished == []
+
+
+def test_a_turn_with_other_words_drops_the_answer_ahead(backend, harness):
+    backend.gate = threading.Event()
+    harness.worker.answer_ahead(QUESTION)
+    wait_for(lambda: backend.generations, "answering ahead")
+    harness.worker.submit(1, Prompt("sys", scene="a cup", user="What is this cup?"), 5)
+    while not harness.done:  # piece by piece: the answer ahead stops, the turn's runs
+        backend.gate.set()
+        wait_for(lambda: not backend.gate.is_set() or harness.done, "the next piece")
+    assert harness.deltas == ANSWER and harness.done == [(1, 4, "")]
+    assert backend.generations == ["What is this?", "What is this cup?"]
+    assert backend.unfinished == ["What is this?"]  # stopped, never delivered
+    assert harness.worker.stats.answers_taken_over == 0
+
+
+def test_the_user_going_on_drops_the_answer_ahead(backend, harness):
+    harness.worker.answer_ahead(QUESTION)
+    wait_for(lambda: backend.generations, "answering ahead")
+    harness.worker.warm(Prompt("sys", scene="a cup", user="What is this and"))
+    wait_for(lambda: backend.warmed, "the new words evaluated")
+    harness.worker.submit(1, QUESTION, 5)  # the same words after all: answered afresh
+    wait_for(lambda: harness.done, "the turn's answer")
+    assert harness.deltas == ANSWER
+    assert backend.generations == ["What is this?", "What is this?"]
+    assert harness.worker.stats.answers_taken_over == 0
+
+
+def test_a_turn_cancelled_before_it_took_over_its_answer_ahead_gets_none(backend, harness):
+    harness.worker.answer_ahead(QUESTION)
+    wait_for(lambda: harness.worker.stats.answers_ahead == 1, "answering ahead")
+    with harness.lock:
+        harness.worker.submit(1, QUESTION, 5)
+        harness.worker.cancel(1)
+    time.sleep(0.2)
+    assert harness.deltas == [] and harness.done == []
+
+
+def test_answering_nothing_ahead_drops_the_answer_ahead(backend, harness):
+    backend.gate = threading.Event()
+    harness.worker.answer_ahead(QUESTION)
+    wait_for(lambda: backend.generations, "answering ahead")
+    harness.worker.answer_ahead(None)  # the user went on
+    backend.gate.set()
+    wait_for(lambda: backend.unfinished, "the answer ahead stopped")
+    assert backend.unfinished == ["What is this?"]
+    assert harness.deltas == [] and harness.done == []
+
+
+def test_an_answer_ahead_that_fails_is_dropped_and_the_turn_answered_afresh(backend, harness):
+    backend.fail = "out of memory"
+    harness.worker.answer_ahead(QUESTION)
+    wait_for(lambda: harness.warnings, "the failure reported")
+    assert "answering ahead failed" in harness.warnings[0]
+    backend.fail = ""
+    harness.worker.submit(1, QUESTION, 5)
+    wait_for(lambda: harness.done, "the turn's answer")
+    assert harness.deltas == ANSWER and harness.done == [(1, 4, "")]
+    assert harness.worker.stats.answers_taken_over == 0
 
 
 def test_unload_drops_queued_work_and_closes_the_model(backend):

@@ -70,6 +70,7 @@ __all__ = [
     "DIALOGUE_PARAMS",
     "MAX_CARRY_WORDS",
     "STREAM_FRESH_S",
+    "AnswerAhead",
     "AwaitTurnEnd",
     "Busy",
     "Cancel",
@@ -243,6 +244,17 @@ class AwaitTurnEnd:
 
 
 @dataclass(frozen=True)
+class AnswerAhead:
+    """The user's turn is likely to start with ``user_text`` once the pause after the words
+    of ``utterance_id`` has lasted: start its answer now, to be taken over by the turn if it
+    starts with exactly these words (and dropped otherwise). An empty ``user_text``: the
+    user went on, drop any answer ahead."""
+
+    utterance_id: int
+    user_text: str
+
+
+@dataclass(frozen=True)
 class UserSaid:
     """The user finished an utterance with this text (the ``user_said`` event)."""
 
@@ -260,7 +272,17 @@ class TurnEnded:
     reason: str
 
 
-Action = StateChanged | StartTurn | Cancel | Warm | ScoreTurn | AwaitTurnEnd | UserSaid | TurnEnded
+Action = (
+    StateChanged
+    | StartTurn
+    | Cancel
+    | Warm
+    | ScoreTurn
+    | AwaitTurnEnd
+    | AnswerAhead
+    | UserSaid
+    | TurnEnded
+)
 
 
 _STOPPED = "the user asked the robot to stop"
@@ -428,6 +450,7 @@ class DialogueManager:
         self._turn: _Turn | None = None  # the turn being generated or spoken
         self._utterance = 0  # the utterance the user is speaking (0: none)
         self._warm_text = ""
+        self._ahead = False  # an answer ahead was asked for and may be running
         self._carry = ""  # words of a cancelled THINKING turn, kept for the next
         self._last_user_text = ""
         self._held: tuple[int, str] | None = None  # an utterance heard while barge-in was off
@@ -500,6 +523,9 @@ class DialogueManager:
             pending, self._pending = self._pending, None
             if pending is not None:  # the user went on after a pause: one turn
                 self._carry = without_closing_stop(self._with_carry(pending.text))
+            if self._ahead:  # the words answered ahead were not the end after all
+                self._ahead = False
+                actions.append(AnswerAhead(utterance_id, ""))
         actions += self.voice_ongoing(utterance_id, speech_s, now)
         return actions
 
@@ -613,7 +639,14 @@ class DialogueManager:
         pending.scored = True
         wait_s = self.end_of_turn.wait_s(probability, pending.text)
         pending.deadline = pending.speech_end + wait_s
-        return self._pause_over(now) or [AwaitTurnEnd(utterance_id, probability, wait_s)]
+        started = self._pause_over(now)
+        if started:
+            return started
+        actions: list[Action] = [AwaitTurnEnd(utterance_id, probability, wait_s)]
+        if self.end_of_turn.answers_ahead(probability, pending.text):
+            self._ahead = True
+            actions.append(AnswerAhead(utterance_id, self._with_carry(pending.text)))
+        return actions
 
     def _stream_now(self, now: float) -> float:
         """The present for a pause: how far the stream is heard, or the node clock when the
@@ -818,6 +851,7 @@ class DialogueManager:
     ) -> list[Action]:
         self.turn_id += 1
         self._turn = _Turn(self.turn_id, source)
+        self._ahead = False  # the turn takes the answer ahead over, or it is dropped
         return [
             StartTurn(self.turn_id, text, source, utterance_id, self.stop_reply if reply else ""),
             self._set(State.THINKING, reason),

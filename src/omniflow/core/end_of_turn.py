@@ -18,6 +18,10 @@ probability into a wait counted from the end of the speech:
   with "..."; the words before it may still read as a sentence to the model ("Please put
   the" heard as "Please vote no..." scored complete, and the robot answered in the pause).
 
+A clearly complete turn is also answered ahead (``answer_ahead``): the model starts its answer
+while the short wait runs, so the turn finds its first words ready; the answer is spoken only
+if the turn starts with exactly those words.
+
 What is scored is :func:`without_closing_stop`: a recogniser closes whatever it heard with
 a full stop, fragments too ("I would like the."), and after a full stop the model expects
 the line to end (0.37-0.83 for such fragments), so trailing full stops and ellipses are left
@@ -78,6 +82,14 @@ END_OF_TURN_PARAMS = (
         live=True,
     ),
     ParamSpec(
+        "end_of_turn.answer_ahead",
+        True,
+        "Start generating the answer to a turn that scored complete while its short wait "
+        "runs; it is spoken only if the turn then starts with the same words, and dropped "
+        "if the user goes on (false: generate only once the turn has started)",
+        live=True,
+    ),
+    ParamSpec(
         "end_of_turn.unscored_wait_ms",
         400,
         "Silence before answering when the model gives no end-of-turn probability (a "
@@ -123,6 +135,7 @@ class EndOfTurnPolicy:
     short_wait_s: float
     long_wait_s: float
     unscored_wait_s: float
+    answer_ahead: bool = True
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.threshold <= 1.0:
@@ -139,6 +152,7 @@ class EndOfTurnPolicy:
             short_wait_s=float(params["end_of_turn.short_wait_ms"]) / 1000,
             long_wait_s=float(params["end_of_turn.long_wait_ms"]) / 1000,
             unscored_wait_s=float(params["end_of_turn.unscored_wait_ms"]) / 1000,
+            answer_ahead=bool(params["end_of_turn.answer_ahead"]),
         )
 
     @classmethod
@@ -165,3 +179,18 @@ class EndOfTurnPolicy:
         if probability is None or probability != probability:  # None or NaN: not scored
             return self.unscored_wait_s
         return self.short_wait_s if self.complete(probability) else self.long_wait_s
+
+    def answers_ahead(self, probability: float | None, text: str = "") -> bool:
+        """Whether to start the answer while the wait for these words runs: they are a
+        clearly complete turn (scored at least ``threshold``, not trailing off), so the
+        turn is likely to start after the short wait.
+
+        >>> policy = EndOfTurnPolicy.default()
+        >>> policy.answers_ahead(0.9, "What is this?"), policy.answers_ahead(0.0005, "I want")
+        (True, False)
+        >>> policy.answers_ahead(None, "What is this?"), policy.answers_ahead(0.9, "the red,")
+        (False, False)
+        """
+        if not self.answer_ahead or probability is None or probability != probability:
+            return False
+        return self.complete(probability) and not trails_off(text)

@@ -4,8 +4,10 @@
 :class:`~omniflow.core.dialogue.DialogueManager` (with the node's lock held): publish a state
 or what the user said, start a turn on the model worker with its context (the scene, the
 chosen frames, the history: :class:`~omniflow.core.turn_context.TurnContext`), cancel one,
-evaluate or score the user's words ahead, end a turn (the history, the converse goal). The
-worker's pieces, the end of a generation and end-of-turn scores go back to the manager.
+evaluate or score the user's words ahead, answer a turn likely to start ahead (a model that
+sees images excepted: the turn's frames are chosen when it starts), end a turn (the
+history, the converse goal). The worker's pieces, the end of a generation and end-of-turn
+scores go back to the manager.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Callable
 
 from omniflow.core.dialogue import (
     Action,
+    AnswerAhead,
     AwaitTurnEnd,
     Cancel,
     DialogueManager,
@@ -101,6 +104,8 @@ class TurnActions:
                         action.utterance_id,
                         self._user_prompt(action.utterance_id, action.user_text),
                     )
+                case AnswerAhead():
+                    self._answer_ahead(action)
                 case AwaitTurnEnd():
                     logger.debug(
                         f"utterance {action.utterance_id}: end-of-turn probability "
@@ -134,6 +139,14 @@ class TurnActions:
             vision=params["vision.enabled"],
             max_age_ns=params["vision.max_age_ms"] * NS_PER_MS,
         )
+
+    def _answer_ahead(self, action: AnswerAhead) -> None:
+        """Start the answer the turn will take over if it starts with these words (not for
+        a model that sees images: a turn's frames are chosen when it starts)."""
+        if not action.user_text or self._context_in.frames:
+            self.worker.answer_ahead(None)
+        else:
+            self.worker.answer_ahead(self._user_prompt(action.utterance_id, action.user_text))
 
     def _start_turn(self, start: StartTurn) -> None:
         params = self._node.params
