@@ -70,9 +70,8 @@ from omniflow.core.room_sounds import (  # noqa: E402
     motor_noise,
 )
 from omniflow.core.text import edit_distance, words  # noqa: E402
-from omniflow.engines.asr import StreamingRecognizer, WhisperRecognizer  # noqa: E402
+from omniflow.engines.asr import StreamingRecognizer, make_recognizer  # noqa: E402
 from omniflow.engines.denoise import make_denoiser  # noqa: E402
-from omniflow.engines.moonshine import MoonshineRecognizer  # noqa: E402
 from omniflow.engines.whisper_models import whisper_model_dir  # noqa: E402
 
 SENTENCES = (*OPEN, COMMANDS[1], COMMANDS[4])
@@ -133,8 +132,8 @@ def suppressed(name: str, mix: np.ndarray, costs: list[float]) -> np.ndarray:
 def recognizer(model: str) -> StreamingRecognizer:
     """The recogniser ``--models`` names, as the fusion node builds it."""
     if model == "moonshine":
-        return MoonshineRecognizer(threads=2)
-    return WhisperRecognizer(whisper_model_dir(model)[0], threads=2)
+        return make_recognizer("moonshine")
+    return make_recognizer("whisper", whisper_model_path=whisper_model_dir(model)[0])
 
 
 def hear(rec: StreamingRecognizer, mix: np.ndarray, paced: bool) -> tuple[str, float, float]:

@@ -24,6 +24,7 @@ Run from the repository root (about 2 minutes)::
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import threading
 import time
@@ -35,10 +36,9 @@ from asr import speak
 
 from omniflow.core.params import defaults
 from omniflow.core.prompt import Prompt
-from omniflow.engines.asr import WhisperRecognizer
+from omniflow.engines.asr import make_recognizer
 from omniflow.engines.llm import LLM_PARAMS, make_backend
 from omniflow.engines.model_worker import llm_values, warm_up
-from omniflow.engines.moonshine import MoonshineRecognizer
 
 # (scene, question) of the first and the second turn.
 TURNS = (
@@ -69,10 +69,8 @@ def llm_round(warm: bool) -> list[float]:
         backend.close()
 
 
-RECOGNISERS = {
-    "whisper": lambda: WhisperRecognizer(threads=2),
-    "moonshine": lambda: MoonshineRecognizer(threads=2),
-}
+# As the fusion node builds them (asr.engine), with the parameters' defaults.
+RECOGNISERS = {name: functools.partial(make_recognizer, name) for name in ("whisper", "moonshine")}
 
 
 def asr_round(make, audio: list[np.ndarray]) -> list[float]:

@@ -142,16 +142,16 @@ class _EndsAtOnce:
 
 
 def test_an_utterance_decoded_to_nothing_is_decoded_again_with_silence_after_it() -> None:
-    from omniflow.engines.asr import _Job
+    from omniflow.engines.asr import DecodeJob
 
     model = _EndsAtOnce()
     decode = MoonshineRecognizer._decode_fn(model)
     speech = np.concatenate([np.zeros(3200), np.full(8000, 3000), np.zeros(1600)])
-    result = decode(_Job(1, speech.astype(np.int16)))
+    result = decode(DecodeJob(1, speech.astype(np.int16)))
     assert result.text == "red cup"
     assert model.lengths == [len(speech), len(speech) + 4000]  # 0.25 s of silence after it
     assert result.words[0][1] == 3200 * 62_500  # from the voiced audio's start
     # Silence is not decoded again: nothing was said.
     quiet = _EndsAtOnce()
-    assert MoonshineRecognizer._decode_fn(quiet)(_Job(1, np.zeros(16000, np.int16))).text == ""
+    assert MoonshineRecognizer._decode_fn(quiet)(DecodeJob(1, np.zeros(16000, np.int16))).text == ""
     assert len(quiet.lengths) == 1

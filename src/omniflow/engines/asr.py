@@ -87,6 +87,7 @@ from omniflow.errors import ConfigError, EngineError
 
 __all__ = [
     "ASR_ENGINES",
+    "DecodeJob",
     "PocketsphinxRecognizer",
     "RecognitionResult",
     "Recognizer",
@@ -399,7 +400,11 @@ class WhisperStats:
 
 
 @dataclass
-class _Job:
+class DecodeJob:
+    """One decode a :class:`StreamingRecognizer` asks of its engine: a snapshot of the
+    utterance's audio, whether it is a draft, the words it was primed with; the worker fills
+    in the result (or the error)."""
+
     utterance: int
     samples: np.ndarray  # int16 copy of the buffer's first len(samples) samples
     draft: bool = False  # a cut window, greedy, no word times: never a final
@@ -415,13 +420,13 @@ class _Worker:
     reference to the recogniser, so dropping the recogniser stops the thread
     (``weakref.finalize``)."""
 
-    def __init__(self, decode: Callable[[_Job], RecognitionResult], thread_name: str) -> None:
+    def __init__(self, decode: Callable[[DecodeJob], RecognitionResult], thread_name: str) -> None:
         self.decode = decode
         self.cond = threading.Condition()
-        self.finals: deque[_Job] = deque()
-        self.partial: _Job | None = None
-        self.running: _Job | None = None
-        self.latest: _Job | None = None  # newest finished job
+        self.finals: deque[DecodeJob] = deque()
+        self.partial: DecodeJob | None = None
+        self.running: DecodeJob | None = None
+        self.latest: DecodeJob | None = None  # newest finished job
         self.release_due = False  # a full decode ran since freed memory was last handed back
         self.listening = False  # an utterance is open
         self.releasing = False  # handing freed memory back (a few ms)
@@ -437,7 +442,7 @@ class _Worker:
             self.running is None and self.partial is None and not self.finals and not self.releasing
         )
 
-    def submit(self, job: _Job, final: bool = False) -> None:
+    def submit(self, job: DecodeJob, final: bool = False) -> None:
         with self.cond:
             if final:
                 self.finals.append(job)
@@ -515,7 +520,7 @@ class _Worker:
 class StreamingRecognizer(Recognizer):
     """Decodes snapshots of the utterance on a worker thread of its own (see the module doc):
     drafts while the user speaks, a full decode at a pause, the final from the decode that
-    covers the last voiced chunk. An engine gives ``decode``, which turns a :class:`_Job`
+    covers the last voiced chunk. An engine gives ``decode``, which turns a :class:`DecodeJob`
     (its samples from the utterance's start, ``draft`` or not, the prompt) into a
     :class:`RecognitionResult` with word times relative to the first sample; ``name`` names
     the engine in errors. Holds at most ``window_s`` of an utterance (the rest is counted in
@@ -526,7 +531,7 @@ class StreamingRecognizer(Recognizer):
 
     def __init__(
         self,
-        decode: Callable[[_Job], RecognitionResult],
+        decode: Callable[[DecodeJob], RecognitionResult],
         *,
         name: str,
         partial_interval_ms: int,
@@ -539,8 +544,8 @@ class StreamingRecognizer(Recognizer):
         self._buffer = np.zeros(window_s * SAMPLE_RATE, dtype=np.int16)
         self._worker = _Worker(decode, thread_name=f"{name.lower()}-decode")
         weakref.finalize(self, self._worker.close)
-        self._worker.submit(_Job(0, np.zeros(SAMPLE_RATE, dtype=np.int16)), final=True)
-        self._worker.submit(_Job(0, np.zeros(SAMPLE_RATE, dtype=np.int16), draft=True))
+        self._worker.submit(DecodeJob(0, np.zeros(SAMPLE_RATE, dtype=np.int16)), final=True)
+        self._worker.submit(DecodeJob(0, np.zeros(SAMPLE_RATE, dtype=np.int16), draft=True))
         self._start_ns = 0
         self._active = False
         self._utterance = 0
@@ -551,16 +556,16 @@ class StreamingRecognizer(Recognizer):
         self._peak_rms = 0.0
         self._floor_rms = math.inf
         self._partial = ""
-        self._partial_job: _Job | None = None
+        self._partial_job: DecodeJob | None = None
         self._prompt: str | None = None
         # utterances ended but not yet returned: (their final decode or None, start stamp)
-        self._ended: deque[tuple[_Job | None, int]] = deque()
+        self._ended: deque[tuple[DecodeJob | None, int]] = deque()
 
     def decode_once(self, samples: np.ndarray, *, draft: bool = False) -> RecognitionResult:
         """One decode of ``samples`` on the caller's thread, as the worker makes a final
         (``draft``: a partial); word times relative to the first sample. For measuring, with
         the worker idle (:meth:`wait_idle`): the two set the same model's encoder window."""
-        return self._worker.decode(_Job(-1, check_pcm16k(samples), draft))
+        return self._worker.decode(DecodeJob(-1, check_pcm16k(samples), draft))
 
     @property
     def stats(self) -> WhisperStats:
@@ -643,8 +648,8 @@ class StreamingRecognizer(Recognizer):
                     self._submit(draft=True)
         return self._new_partial()
 
-    def _submit(self, draft: bool) -> _Job:
-        job = _Job(self._utterance, self._buffer[: self._fed].copy(), draft, self._prompt)
+    def _submit(self, draft: bool) -> DecodeJob:
+        job = DecodeJob(self._utterance, self._buffer[: self._fed].copy(), draft, self._prompt)
         self._submitted = self._fed
         self._worker.submit(job)
         return job
@@ -682,7 +687,7 @@ class StreamingRecognizer(Recognizer):
             return
         worker = self._worker
 
-        def covers(job: _Job | None) -> bool:
+        def covers(job: DecodeJob | None) -> bool:
             return (
                 job is not None
                 and not job.draft
@@ -703,7 +708,9 @@ class StreamingRecognizer(Recognizer):
                 worker.finals.append(job)
                 stats.finals_in_flight += 1
             else:
-                job = _Job(self._utterance, self._buffer[: self._fed].copy(), prompt=self._prompt)
+                job = DecodeJob(
+                    self._utterance, self._buffer[: self._fed].copy(), prompt=self._prompt
+                )
                 worker.finals.append(job)
                 stats.finals_queued += 1
             worker.set_listening(False)  # with the final queued: it runs before any release
@@ -847,8 +854,8 @@ class WhisperRecognizer(StreamingRecognizer):
         draft_window_s: float,
         final_window_s: float,
         prompt_as: str,
-    ) -> Callable[[_Job], RecognitionResult]:
-        def decode(job: _Job) -> RecognitionResult:
+    ) -> Callable[[DecodeJob], RecognitionResult]:
+        def decode(job: DecodeJob) -> RecognitionResult:
             samples, draft, prompt = job.samples, job.draft, job.prompt
             audio = samples.astype(np.float32) / 32768.0
             model.frames = encoder_frames(len(samples), draft_window_s if draft else final_window_s)

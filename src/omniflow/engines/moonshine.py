@@ -37,7 +37,7 @@ import numpy as np
 
 from omniflow.core.text import loop_cut
 from omniflow.core.timing import NS_PER_S, SAMPLE_RATE
-from omniflow.engines.asr import RecognitionResult, StreamingRecognizer, _Job
+from omniflow.engines.asr import DecodeJob, RecognitionResult, StreamingRecognizer
 from omniflow.engines.ort_format import int8_onnx_file
 from omniflow.errors import ConfigError, EngineError
 
@@ -285,7 +285,7 @@ class MoonshineRecognizer(StreamingRecognizer):
 
     @staticmethod
     def _decode_fn(model: MoonshineModel) -> Any:
-        def decode(job: _Job) -> RecognitionResult:
+        def decode(job: DecodeJob) -> RecognitionResult:
             samples = job.samples
             audio = samples.astype(np.float32) / 32768.0
             start, end = voiced_span(samples)
