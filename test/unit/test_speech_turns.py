@@ -224,6 +224,23 @@ def test_a_respawned_dialogue_node_numbers_its_turns_from_one_again():
     gate = TurnGate(wait_s=0.5)
     gate.dialogue(State.SPEAKING, 7)
     assert gate.offer(7, "7:0", 0.0) == ["7:0"]
+    gate.source_lost()
     gate.source_restarted()
+    assert gate.offer(1, "1:0", 1.0) == []  # the old node's state is gone: waits for the new
     gate.dialogue(State.THINKING, 1)  # the new node's latched state
-    assert gate.offer(1, "1:0", 1.0) == ["1:0"]
+    assert gate.poll(1.1) == ["1:0"]
+
+
+@pytest.mark.parametrize("lost_before", [False, True])
+def test_the_new_nodes_state_is_kept_when_it_comes_before_the_sign_of_life(lost_before):
+    """A speech node joining late (or a respawned dialogue node) may get the latched state
+    before the liveliness event that says the dialogue node is there: the state stays, so the
+    kept answer of a turn it ended is dropped, not let through after the wait and spoken."""
+    gate = TurnGate(wait_s=0.5)
+    if lost_before:
+        gate.dialogue(State.SPEAKING, 7)
+        gate.source_lost()
+    gate.dialogue(State.LISTENING, 1)  # the (new) node's latched state: turn 1 is over
+    gate.source_restarted()  # then its sign of life
+    assert gate.offer(1, "1:0", 0.0) == [] and gate.poll(10.0) == []
+    assert (gate.counts.ended_turns, gate.counts.unconfirmed_turns) == (1, 0)

@@ -236,6 +236,7 @@ class TurnGate:
         self._waiting: deque[tuple[int, object, float]] = deque()  # (turn, chunk, arrived)
         self._let_through: int | None = None  # the newest turn let through
         self._ended: deque[int] = deque(maxlen=_REMEMBERED_TURNS)  # turns dropped
+        self._state_of_lost_source = False  # the state known came from a node since lost
         self.counts = GateCounts()
 
     def dialogue(self, state: int, turn_id: int) -> bool:
@@ -245,6 +246,7 @@ class TurnGate:
             self._state = (State(state), turn_id)
         except ValueError:
             return False
+        self._state_of_lost_source = False
         return True
 
     def offer(self, turn_id: int, chunk: object, now_s: float) -> list[object]:
@@ -270,10 +272,18 @@ class TurnGate:
         self._waiting = kept
         return ready
 
+    def source_lost(self) -> None:
+        """The dialogue node went away: the state known is its last one."""
+        self._state_of_lost_source = True
+
     def source_restarted(self) -> None:
-        """A respawned dialogue node numbers its turns from 1 again: forget the turns of the
-        old one (its latched state comes next)."""
-        self._state = None
+        """A dialogue node appeared (a respawned one numbers its turns from 1 again): forget
+        the turns of the one lost, and its state unless the new node's latched state came
+        first (the two arrive in either order). A node found for the first time replaces
+        none: the state it sent stays (forgetting it let the answers it kept, of turns it
+        had ended, be spoken after ``wait_s``)."""
+        if self._state_of_lost_source:
+            self._state = None
         self._let_through = None
         self._ended.clear()
 

@@ -333,6 +333,7 @@ class SpeechNode(DeviceNode):
             return
         self.stats.dialogue_lost = self._dialogue.losses
         with self._lock:
+            self._gate.source_lost()
             actions = self._planner.source_lost()
             self._todo.extend((self._generation, action) for action in actions)
         with self._inbox_ready:
