@@ -16,10 +16,12 @@ PATH`` also writes it.
 one of ``BASELINES``: ``turn-taking`` before the semantic end of turn (``vad.min_silence_ms``
 400, the dialogue answering every final at once), ``partials`` before the draft partials and
 vision's yield (``asr.whisper.draft_window_s`` 30, ``vision.turn_yield_ms`` 0), or the other
-recogniser, ``moonshine`` (``asr.engine`` moonshine), or ``answer-ahead``, before the answer
+recogniser, ``moonshine`` (``asr.engine`` moonshine), or ``answer-ahead``, without the answer
 started while the end-of-turn wait runs (``end_of_turn.answer_ahead`` false); it gives each
 stage's median beside the defaults' and their ratio. ``--set NODE:NAME=VALUE`` changes a
-parameter in both (``--set fusion:asr.engine=moonshine --baseline answer-ahead``).
+parameter in both (the answer ahead against none, with Moonshine: ``--set
+fusion:asr.engine=moonshine --set dialogue:end_of_turn.answer_ahead=true --baseline
+answer-ahead``).
 
     .venv/bin/python benchmarks/session_replay.py --runs 3 --json build/bench/session_replay.json
 """
@@ -43,7 +45,8 @@ from omniflow import demo, report
 # 400 ms closing silence, every final transcript answered at once); "partials", before the
 # draft partials and vision's yield at the end of a turn (partials read Whisper's whole
 # window, frames encoded throughout); "moonshine", the other open-vocabulary recogniser;
-# "answer-ahead", before the answer started while the end-of-turn wait runs.
+# "answer-ahead", without the answer started while the end-of-turn wait runs (off by
+# default: measure it with --set dialogue:end_of_turn.answer_ahead=true).
 BASELINES = {
     "turn-taking": {
         "fusion": {"vad.min_silence_ms": 400},

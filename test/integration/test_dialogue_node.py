@@ -161,11 +161,15 @@ def test_a_pause_is_counted_as_far_as_a_fusion_node_running_behind_has_heard(gra
     assert said[0].utterance_id == 2
 
 
-def test_an_answer_started_in_the_pause_is_published_only_once_the_turn_starts(graph):
-    """A final that scores as the end of the turn: its answer is generated while the short
-    wait runs (the stream heard only 10 ms further every 0.1 s: the wait lasts), nothing of
-    it published; once the stream is heard past the wait the turn starts, takes the answer
-    over and publishes it."""
+def test_an_answer_started_in_the_pause_is_published_only_once_the_turn_starts(
+    ros_node, start_node
+):
+    """With ``end_of_turn.answer_ahead``, a final that scores as the end of the turn: its
+    answer is generated while the short wait runs (the stream heard only 10 ms further every
+    0.1 s: the wait lasts), nothing of it published; once the stream is heard past the wait
+    the turn starts, takes the answer over and publishes it."""
+    graph = Graph(ros_node, start_node, **{"end_of_turn.answer_ahead": True})
+    graph.wait_active()
     now_ns = graph.node.get_clock().now().nanoseconds
     start_ns, end_ns = now_ns - 10**9, now_ns
     graph.voice_event(VoiceActivity.START, 5, start_ns, start_ns)

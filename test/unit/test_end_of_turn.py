@@ -39,9 +39,9 @@ def manager(**changes) -> DialogueManager:
     return DialogueManager(end_of_turn=replace(POLICY, **changes))
 
 
-def heard(text: str, now: float) -> DialogueManager:
+def heard(text: str, now: float, **changes) -> DialogueManager:
     """A manager that heard the user say ``text`` (speech 0.0-1.0 s), its final at ``now``."""
-    dm = manager()
+    dm = manager(**changes)
     dm.voice_start(1, 0.09, 0.0)
     dm.transcript(1, text, True, now, speech_end=1.0)
     return dm
@@ -112,8 +112,15 @@ def test_a_complete_question_starts_its_turn_once_scored():
     assert of(actions, StartTurn) == [StartTurn(1, "What is this?", "speech", 1)]
 
 
-def test_a_complete_question_scored_early_waits_only_the_short_wait_answering_ahead():
+def test_a_complete_question_scored_early_waits_only_the_short_wait():
     dm = heard("What is this?", 1.1)
+    assert dm.turn_score(1, COMPLETE, 1.12) == [AwaitTurnEnd(1, COMPLETE, 0.2)]  # nothing ahead
+    assert dm.tick(1.15) == []
+    assert of(dm.tick(1.2), StartTurn)
+
+
+def test_a_complete_question_scored_early_is_answered_ahead_when_asked():
+    dm = heard("What is this?", 1.1, answer_ahead=True)
     assert dm.turn_score(1, COMPLETE, 1.12) == [
         AwaitTurnEnd(1, COMPLETE, 0.2),
         AnswerAhead(1, "What is this?"),
@@ -123,7 +130,7 @@ def test_a_complete_question_scored_early_waits_only_the_short_wait_answering_ah
 
 
 def test_the_answer_ahead_carries_the_words_the_turn_will_answer():
-    dm = manager()
+    dm = manager(answer_ahead=True)
     dm.voice_start(1, 0.09, 0.0)
     dm.transcript(1, "I would like the", True, 1.0, speech_end=1.0)
     assert not of(dm.turn_score(1, UNFINISHED, 1.05), AnswerAhead)  # likely to go on
@@ -135,14 +142,14 @@ def test_the_answer_ahead_carries_the_words_the_turn_will_answer():
 
 
 def test_the_user_going_on_within_the_wait_drops_the_answer_ahead():
-    dm = heard("What is this?", 1.1)
+    dm = heard("What is this?", 1.1, answer_ahead=True)
     assert of(dm.turn_score(1, COMPLETE, 1.12), AnswerAhead) == [AnswerAhead(1, "What is this?")]
     assert dm.voice_start(2, 0.09, 1.15) == [AnswerAhead(2, "")]  # not the end after all
     assert dm.voice_start(3, 0.09, 1.5) == []  # nothing left to drop
 
 
 def test_partials_are_evaluated_ahead_not_answered():
-    dm = manager()
+    dm = manager(answer_ahead=True)
     dm.voice_start(1, 0.09, 0.0)
     assert dm.transcript(1, "What is this?", False, 0.5) == [Warm("What is this?")]
 
