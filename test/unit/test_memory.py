@@ -1,15 +1,20 @@
 """Handing freed memory back to the system (tier 1, no ROS, no model): glibc's arenas keep
-what a process frees until malloc_trim gives it back."""
+what a process frees until malloc_trim gives it back, and Python's free lists keep freed
+tuples until a full collection empties them."""
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import dataclasses
+import gc
 import os
+import sys
+import weakref
 
 import pytest
 
-from omniflow.engines.memory import release_free_memory
+from omniflow.engines.memory import PythonHeap, release_free_memory
 
 BLOCK = 64 * 1024  # below glibc's smallest mmap threshold: served from an arena
 BLOCKS = 400  # 25 MiB
@@ -20,7 +25,7 @@ libc.malloc.restype = ctypes.c_void_p
 libc.malloc.argtypes = [ctypes.c_size_t]
 libc.free.argtypes = [ctypes.c_void_p]
 
-pytestmark = pytest.mark.skipif(
+needs_malloc_trim = pytest.mark.skipif(
     not hasattr(libc, "malloc_trim"), reason="this C library has no malloc_trim (not glibc)"
 )
 
@@ -30,6 +35,7 @@ def resident_mib() -> float:
         return int(statm.read().split()[1]) * PAGE / 2**20
 
 
+@needs_malloc_trim
 def test_freed_blocks_the_arena_keeps_go_back_to_the_system() -> None:
     release_free_memory()
     blocks = [libc.malloc(BLOCK) for _ in range(BLOCKS)]
@@ -47,3 +53,102 @@ def test_freed_blocks_the_arena_keeps_go_back_to_the_system() -> None:
     freed_mib = BLOCK * BLOCKS / 2**20
     assert touched - kept < freed_mib / 4, "free() alone gave the blocks back: nothing to test"
     assert kept - released > freed_mib * 3 / 4, (touched, kept, released)
+
+
+# ---------------------------------------------------------------- the Python heap
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def heap():
+    """A PythonHeap on a hand-moved clock; the process's heap is thawed again afterwards
+    (gc is process-wide: the rest of the session must not stay frozen)."""
+    clock = Clock()
+    keeper = PythonHeap(collect_every_s=30.0, settle_after_s=5.0, clock=clock)
+    keeper.clock = clock
+    try:
+        yield keeper
+    finally:
+        keeper.close()
+        gc.unfreeze()
+
+
+@dataclasses.dataclass
+class Counters:
+    a: int = 0
+    b: int = 0
+    c: int = 0
+
+
+def test_python_free_lists_fill_and_a_tick_of_a_settled_heap_empties_them(heap):
+    """The creep the heap keeper exists for: a tuple built from a generator (here
+    dataclasses.fields, as every node's diagnostics call it once a second) leaves a block on
+    a free list each call until the list holds 2000; only a full collection empties it."""
+    counters = Counters()
+    heap.clock.now = 5.0
+    heap.tick()  # settle: collect, freeze
+    assert heap.settled
+    before = sys.getallocatedblocks()
+    for _ in range(1000):
+        dataclasses.fields(counters)
+    kept = sys.getallocatedblocks() - before
+    assert kept > 500, f"{kept} blocks kept: CPython no longer fills its tuple free lists so"
+    heap.clock.now = 35.0
+    heap.tick()  # the periodic collection
+    assert sys.getallocatedblocks() - before < kept / 10
+    assert heap.stats.collections == 1
+
+
+def test_the_heap_settles_after_a_change_and_collects_every_period(heap):
+    heap.tick()
+    assert not heap.settled and heap.stats.settles == 0, "settled before settle_after_s"
+    heap.clock.now = 5.0
+    heap.tick()
+    assert heap.settled and gc.get_freeze_count() > 0
+    assert heap.stats.settles == 1 and heap.stats.frozen == gc.get_freeze_count()
+    heap.clock.now = 34.0
+    heap.tick()
+    assert heap.stats.collections == 0
+    heap.clock.now = 35.0
+    heap.tick()
+    assert heap.stats.collections == 1
+    heap.unsettle()  # a transition
+    assert not heap.settled and gc.get_freeze_count() == 0
+    heap.clock.now = 39.0
+    heap.tick()
+    assert not heap.settled
+    heap.clock.now = 40.0
+    heap.tick()
+    assert heap.settled and heap.stats.settles == 2
+    heap.close()
+    assert gc.get_freeze_count() == 0
+    heap.clock.now = 1e9
+    heap.tick()
+    assert not heap.settled, "a closed heap settled again"
+
+
+class Engine:
+    """Something a node drops on a transition, in a reference cycle (as objects holding
+    their own bound methods are)."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+
+def test_what_a_change_drops_is_collected_once_the_heap_is_thawed(heap):
+    engine = Engine()
+    alive = weakref.ref(engine)
+    heap.clock.now = 5.0
+    heap.tick()
+    del engine  # released by a transition, but frozen: never visited
+    heap.clock.now = 35.0
+    heap.tick()
+    assert alive() is not None, "a frozen cycle was collected: the test shows nothing"
+    heap.unsettle()  # what every transition calls
+    gc.collect()
+    assert alive() is None

@@ -16,6 +16,23 @@ With the release, the fusion node's floor came back to one level after every exc
 next 85-minute soak (benchmarks/README.md, "Soak").
 
 Other C libraries (musl, macOS) have no ``malloc_trim``: there it does nothing.
+
+Python's own heap creeps too, in a process that runs for days. CPython keeps freed tuples
+for reuse, up to 2000 of each length from 1 to 19, and only a full collection empties
+those lists. A tuple built from a generator (``dataclasses.fields``, for one) is taken
+from one list and freed into another, so the lists fill by about one tuple per call until
+they are full, each a block the process keeps: an idle speech node's diagnostics once a
+second kept 1-3 more blocks a second through the 18 minutes watched
+(``sys.getallocatedblocks``; the lists are emptied by the collection ``tracemalloc`` users
+run before a snapshot, so it does not show them). A process whose objects are all
+made at start-up seldom runs a full collection (it waits for a quarter as many new
+long-lived objects), and one costs 20-50 ms in a node (every object is visited).
+:class:`PythonHeap` freezes what exists once the node has settled (``gc.freeze``: a frozen
+object is never visited again), so a full collection costs about 0.1 ms, and runs one every
+``collect_every_s``, which empties the lists. A change that may leave long-lived objects
+behind (activation, deactivation, a release, a live parameter rebuilding an engine) thaws
+the heap, so cycles among what it dropped are collected, and it settles again after
+``settle_after_s``.
 """
 
 from __future__ import annotations
@@ -23,9 +40,17 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import gc
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
-__all__ = ["release_free_memory"]
+__all__ = ["COLLECT_EVERY_S", "SETTLE_AFTER_S", "PythonHeap", "release_free_memory"]
+
+#: How often a settled heap runs a full collection (which empties Python's free lists).
+COLLECT_EVERY_S = 30.0
+#: How long after a change the heap is frozen again: the transition's own work is done.
+SETTLE_AFTER_S = 5.0
 
 
 @functools.cache
@@ -49,3 +74,74 @@ def release_free_memory() -> bool:
     """
     trim = _malloc_trim()
     return bool(trim(0)) if trim is not None else False
+
+
+@dataclass
+class HeapStats:
+    """What :class:`PythonHeap` did, for a node's status."""
+
+    settles: int = 0  # full collections that froze what survived
+    frozen: int = 0  # objects frozen at the last settle
+    settle_ms: float = 0.0  # the last settle's full collection
+    collections: int = 0  # cheap collections of the settled heap
+    collect_ms: float = 0.0  # the last of them
+
+
+class PythonHeap:
+    """Keeps the Python heap of a long-running process flat (see the module docstring).
+
+    Process-wide (``gc`` is): one per process, owned by the code that owns the process (the
+    node executables, :mod:`omniflow.ros.run`), never by a library embedded in another
+    program. :meth:`tick` runs on a periodic callback; :meth:`unsettle` on every change.
+    """
+
+    def __init__(
+        self,
+        collect_every_s: float = COLLECT_EVERY_S,
+        settle_after_s: float = SETTLE_AFTER_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.collect_every_s, self.settle_after_s = collect_every_s, settle_after_s
+        self._clock = clock
+        self._settled = False
+        self._due = clock() + settle_after_s
+        self.stats = HeapStats()
+
+    @property
+    def settled(self) -> bool:
+        return self._settled
+
+    def unsettle(self) -> None:
+        """Thaw the heap (what a change dropped becomes collectable) and settle it again
+        ``settle_after_s`` from now."""
+        if self._settled:
+            gc.unfreeze()
+            self._settled = False
+        self._due = self._clock() + self.settle_after_s
+
+    def tick(self) -> None:
+        """Settle the heap once it is due (a full collection, 20-50 ms in a node, then
+        ``gc.freeze``), or run the periodic collection of a settled one (~0.1 ms)."""
+        now = self._clock()
+        if now < self._due:
+            return
+        t0 = time.perf_counter()
+        gc.collect()
+        elapsed_ms = (time.perf_counter() - t0) * 1000.0
+        if self._settled:
+            self.stats.collections += 1
+            self.stats.collect_ms = elapsed_ms
+        else:
+            gc.freeze()
+            self._settled = True
+            self.stats.settles += 1
+            self.stats.frozen = gc.get_freeze_count()
+            self.stats.settle_ms = elapsed_ms
+        self._due = now + self.collect_every_s
+
+    def close(self) -> None:
+        """Thaw the heap for good (the node is gone: what it held is garbage to collect)."""
+        if self._settled:
+            gc.unfreeze()
+            self._settled = False
+        self._due = float("inf")

@@ -14,6 +14,9 @@ everything on cleanup, shutdown, error or process exit. What they all share live
 - a latched ``~/status`` (std_msgs/String, JSON of :meth:`LifecycleBase.summary`) and a
   ``/diagnostics`` status built by :meth:`LifecycleBase.diagnosis`, once a period;
 - worker threads started on activate and joined with a timeout that is logged when missed;
+- with :attr:`LifecycleBase.python_heap` set (the node executables set it: the process is
+  the node's), the Python heap settled after each transition and kept flat on the
+  diagnostics timer (:class:`~omniflow.engines.memory.PythonHeap`);
 - :meth:`LifecycleBase.release`, safe in any state, which never publishes once the ROS
   context is gone (the node executables keep it until the node is released, see
   ``omniflow.ros.run``; a process that embeds a node may shut it down first).
@@ -37,6 +40,7 @@ from std_msgs.msg import String
 
 from omniflow.core.params import ParamSpec
 from omniflow.core.stats import OK, WARN
+from omniflow.engines.memory import PythonHeap
 from omniflow.errors import ConfigError, EngineError, SinkError, SourceError
 from omniflow.ros.conversions import header
 from omniflow.ros.params import declare_parameters, parameter_values
@@ -90,6 +94,8 @@ class LifecycleBase(LifecycleNode):
         self.state_text = "unconfigured"
         self._configured = False
         self.stopping = threading.Event()
+        # Set by the process that owns the node (omniflow.ros.run): gc is process-wide.
+        self.python_heap: PythonHeap | None = None
         self._workers: list[tuple[threading.Thread, Callable[[], None] | None]] = []
         # Unknown names and parameters files that miss the node: in the status until a restart.
         self.parameter_problems = declare_parameters(self, specs, apply=self._on_parameters)
@@ -155,6 +161,8 @@ class LifecycleBase(LifecycleNode):
             status = self.summary()
             if self.parameter_problems:
                 status["parameter_problems"] = self.parameter_problems
+            if self.python_heap is not None:
+                status["python_heap"] = vars(self.python_heap.stats)
             self._status_pub.publish(String(data=json.dumps(status, sort_keys=True, default=str)))
 
     def report(self) -> None:
@@ -173,6 +181,14 @@ class LifecycleBase(LifecycleNode):
             DiagnosticArray(header=header(self.now_ns(), ""), status=[status])
         )
         self.publish_status()
+        if self.python_heap is not None:
+            self.python_heap.tick()
+
+    def heap_changed(self) -> None:
+        """What the node holds for good changed (a transition, a rebuilt engine): let the
+        Python heap collect what was dropped, and settle again later."""
+        if self.python_heap is not None:
+            self.python_heap.unsettle()
 
     def start_worker(
         self, target: Callable[[], None], name: str, wake: Callable[[], None] | None = None
@@ -202,6 +218,7 @@ class LifecycleBase(LifecycleNode):
         self.stop_workers()
         self.release_resources()
         self._configured = False
+        self.heap_changed()
         self.set_state("unconfigured")
 
     # ----------------------------------------------------------------- parameters
@@ -218,6 +235,8 @@ class LifecycleBase(LifecycleNode):
         reason = self.apply_live(changes) if self._configured else None
         if reason:
             self.params.update(old)
+        else:
+            self.heap_changed()
         return reason
 
     # ----------------------------------------------------------------- transitions
@@ -230,6 +249,7 @@ class LifecycleBase(LifecycleNode):
             self.set_state(f"not configured: {err}")
             return TransitionCallbackReturn.FAILURE
         self._configured = True
+        self.heap_changed()
         self.get_logger().info(f"configured: {description}" if description else "configured")
         self.set_state(f"configured: {description}" if description else "configured")
         return TransitionCallbackReturn.SUCCESS
@@ -237,11 +257,13 @@ class LifecycleBase(LifecycleNode):
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         result = super().on_activate(state)  # the lifecycle publishers, before any work
         self.activate()
+        self.heap_changed()
         self.set_state("active")
         return result
 
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
         self.deactivate()
+        self.heap_changed()
         self.set_state("inactive")
         return super().on_deactivate(state)
 

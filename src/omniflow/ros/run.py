@@ -17,6 +17,9 @@ valid until the end:
    Destroyable because destruction was requested");
 3. the node releases what it holds (devices, models, native engines) and is destroyed;
 4. the context is shut down; the exit code is 0.
+
+The process is the node's, so the node keeps its Python heap flat as well
+(:class:`~omniflow.engines.memory.PythonHeap`, ticked by the node's diagnostics timer).
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from rclpy.node import Node
 from rclpy.signals import SignalHandlerOptions
 
 from omniflow.core.doctor import FAIL, shared_memory, shm_segment_bytes
+from omniflow.engines.memory import PythonHeap
 from omniflow.errors import ConfigError
 
 # Signals that stop a node executable (Ctrl-C; what launch and systemd send).
@@ -98,6 +102,8 @@ def run_node(
             rclpy.logging.get_logger("omniflow").fatal(f"cannot start: {err}")
             rclpy.try_shutdown()
             return 2
+        if hasattr(node, "python_heap"):
+            node.python_heap = PythonHeap()
         executor = executor_factory()
         executor.add_node(node)
         failed: list[BaseException] = []
@@ -165,6 +171,8 @@ def _stop(node: Node, executor: Executor, spinner: threading.Thread, halt: threa
     _wait_for_callbacks(executor, _SPIN_JOIN_S)
     executor.shutdown(timeout_sec=_SPIN_JOIN_S)
     node.release()
+    if getattr(node, "python_heap", None) is not None:
+        node.python_heap.close()
     node.destroy_node()
     rclpy.try_shutdown()
 
