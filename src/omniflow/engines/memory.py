@@ -41,6 +41,7 @@ import ctypes
 import ctypes.util
 import functools
 import gc
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -92,7 +93,8 @@ class PythonHeap:
 
     Process-wide (``gc`` is): one per process, owned by the code that owns the process (the
     node executables, :mod:`omniflow.ros.run`), never by a library embedded in another
-    program. :meth:`tick` runs on a periodic callback; :meth:`unsettle` on every change.
+    program. :meth:`tick` runs on a periodic callback; :meth:`unsettle` on every change
+    (from any thread: a multi-threaded executor may run both at once).
     """
 
     def __init__(
@@ -103,6 +105,7 @@ class PythonHeap:
     ) -> None:
         self.collect_every_s, self.settle_after_s = collect_every_s, settle_after_s
         self._clock = clock
+        self._lock = threading.Lock()
         self._settled = False
         self._due = clock() + settle_after_s
         self.stats = HeapStats()
@@ -114,34 +117,37 @@ class PythonHeap:
     def unsettle(self) -> None:
         """Thaw the heap (what a change dropped becomes collectable) and settle it again
         ``settle_after_s`` from now."""
-        if self._settled:
-            gc.unfreeze()
-            self._settled = False
-        self._due = self._clock() + self.settle_after_s
+        with self._lock:
+            if self._settled:
+                gc.unfreeze()
+                self._settled = False
+            self._due = self._clock() + self.settle_after_s
 
     def tick(self) -> None:
         """Settle the heap once it is due (a full collection, 20-50 ms in a node, then
         ``gc.freeze``), or run the periodic collection of a settled one (~0.1 ms)."""
-        now = self._clock()
-        if now < self._due:
-            return
-        t0 = time.perf_counter()
-        gc.collect()
-        elapsed_ms = (time.perf_counter() - t0) * 1000.0
-        if self._settled:
-            self.stats.collections += 1
-            self.stats.collect_ms = elapsed_ms
-        else:
-            gc.freeze()
-            self._settled = True
-            self.stats.settles += 1
-            self.stats.frozen = gc.get_freeze_count()
-            self.stats.settle_ms = elapsed_ms
-        self._due = now + self.collect_every_s
+        with self._lock:
+            now = self._clock()
+            if now < self._due:
+                return
+            t0 = time.perf_counter()
+            gc.collect()
+            elapsed_ms = (time.perf_counter() - t0) * 1000.0
+            if self._settled:
+                self.stats.collections += 1
+                self.stats.collect_ms = elapsed_ms
+            else:
+                gc.freeze()
+                self._settled = True
+                self.stats.settles += 1
+                self.stats.frozen = gc.get_freeze_count()
+                self.stats.settle_ms = elapsed_ms
+            self._due = now + self.collect_every_s
 
     def close(self) -> None:
         """Thaw the heap for good (the node is gone: what it held is garbage to collect)."""
-        if self._settled:
-            gc.unfreeze()
-            self._settled = False
-        self._due = float("inf")
+        with self._lock:
+            if self._settled:
+                gc.unfreeze()
+                self._settled = False
+            self._due = float("inf")
