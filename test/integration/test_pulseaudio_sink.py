@@ -188,8 +188,11 @@ def test_tone_is_heard_with_dac_stamps_one_block_apart(
     # the tone then has a gap there, which the monitor hears as long as the stamps say.
     late = spacing - BLOCK_S > JITTER_S
     played_for = stamps[-1] + BLOCK_S - stamps[0]
+    # The DAC time lies ~60 ms after the callback; on an overloaded machine the callback's
+    # Python part can run that late itself (ALSA's "underrun occurred": -0.2 ms once, beside
+    # a running graph and the test suite), but a stamp on another clock is seconds off.
     ahead = stamps - called
-    assert np.all((ahead > 0) & (ahead < 0.5)), f"DAC times not shortly after callbacks: {ahead}"
+    assert np.all((ahead > -0.1) & (ahead < 0.5)), f"DAC times not near the callbacks: {ahead}"
     assert sink.clock.device_clock_ok
     assert sink.underruns == 0  # the whole tone was queued: the sink never ran out
     assert sink.device_underflows <= np.count_nonzero(late), spacing  # each xrun is a gap
