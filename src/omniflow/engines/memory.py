@@ -30,9 +30,8 @@ long-lived objects), and one costs 20-50 ms in a node (every object is visited).
 :class:`PythonHeap` freezes what exists once the node has settled (``gc.freeze``: a frozen
 object is never visited again), so a full collection costs about 0.1 ms, and runs one every
 ``collect_every_s``, which empties the lists. A change that may leave long-lived objects
-behind (activation, deactivation, a release, a live parameter rebuilding an engine) thaws
-the heap, so cycles among what it dropped are collected, and it settles again after
-``settle_after_s``.
+behind (a lifecycle transition: engines made or released) thaws the heap, so cycles among
+what it dropped are collected, and it settles again after ``settle_after_s``.
 """
 
 from __future__ import annotations

@@ -185,8 +185,10 @@ class LifecycleBase(LifecycleNode):
             self.python_heap.tick()
 
     def heap_changed(self) -> None:
-        """What the node holds for good changed (a transition, a rebuilt engine): let the
-        Python heap collect what was dropped, and settle again later."""
+        """What the node holds for good changed (a transition): let the Python heap collect
+        what was dropped, and settle again later. A live parameter swaps a number or a
+        small configuration, never an engine, and the power manager sets some with each
+        change of mode: it leaves the heap settled."""
         if self.python_heap is not None:
             self.python_heap.unsettle()
 
@@ -235,8 +237,6 @@ class LifecycleBase(LifecycleNode):
         reason = self.apply_live(changes) if self._configured else None
         if reason:
             self.params.update(old)
-        else:
-            self.heap_changed()
         return reason
 
     # ----------------------------------------------------------------- transitions
