@@ -17,7 +17,7 @@ next 85-minute soak (benchmarks/README.md, "Soak").
 
 Other C libraries (musl, macOS) have no ``malloc_trim``: there it does nothing.
 
-Python's own heap creeps too, in a process that runs for days. CPython keeps freed tuples
+Python's own heap climbs too. CPython keeps freed tuples
 for reuse, up to 2000 of each length from 1 to 19, and only a full collection empties
 those lists. A tuple built from a generator (``dataclasses.fields``, for one) is taken
 from one list and freed into another, so the lists fill by about one tuple per call until
@@ -31,7 +31,10 @@ long-lived objects), and one costs 20-50 ms in a node (every object is visited).
 object is never visited again), so a full collection costs about 0.1 ms, and runs one every
 ``collect_every_s``, which empties the lists. A change that may leave long-lived objects
 behind (a lifecycle transition: engines made or released) thaws the heap, so cycles among
-what it dropped are collected, and it settles again after ``settle_after_s``.
+what it dropped are collected, and it settles again after ``settle_after_s``. An idle speech
+node then rose 136 kB in its first 10 minutes instead of 428 kB in 16.5; the slower growth a
+soak of the whole graph measures after its warm-up is not these lists (benchmarks/README.md,
+"Soak").
 """
 
 from __future__ import annotations
