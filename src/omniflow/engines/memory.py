@@ -26,7 +26,7 @@ second kept 1-3 more blocks a second through the 18 minutes watched
 (``sys.getallocatedblocks``; the lists are emptied by the collection ``tracemalloc`` users
 run before a snapshot, so it does not show them). A process whose objects are all
 made at start-up seldom runs a full collection (it waits for a quarter as many new
-long-lived objects), and one costs 20-50 ms in a node (every object is visited).
+long-lived objects), and one costs 20-100 ms in a node (every object is visited).
 :class:`PythonHeap` freezes what exists once the node has settled (``gc.freeze``: a frozen
 object is never visited again), so a full collection costs about 0.1 ms, and runs one every
 ``collect_every_s``, which empties the lists. A change that may leave long-lived objects
@@ -126,7 +126,7 @@ class PythonHeap:
             self._due = self._clock() + self.settle_after_s
 
     def tick(self) -> None:
-        """Settle the heap once it is due (a full collection, 20-50 ms in a node, then
+        """Settle the heap once it is due (a full collection, 20-100 ms in a node, then
         ``gc.freeze``), or run the periodic collection of a settled one (~0.1 ms)."""
         with self._lock:
             now = self._clock()
