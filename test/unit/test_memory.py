@@ -69,7 +69,7 @@ def heap():
     """A PythonHeap on a hand-moved clock; the process's heap is thawed again afterwards
     (gc is process-wide: the rest of the session must not stay frozen)."""
     clock = Clock()
-    keeper = PythonHeap(collect_every_s=30.0, settle_after_s=5.0, clock=clock)
+    keeper = PythonHeap(collect_every_s=30.0, clock=clock)
     keeper.clock = clock
     try:
         yield keeper
@@ -90,46 +90,41 @@ def test_python_free_lists_fill_and_a_tick_of_a_settled_heap_empties_them(heap):
     dataclasses.fields, as every node's diagnostics call it once a second) leaves a block on
     a free list each call until the list holds 2000; only a full collection empties it."""
     counters = Counters()
-    heap.clock.now = 5.0
-    heap.tick()  # settle: collect, freeze
-    assert heap.settled
+    heap.settle()
     before = sys.getallocatedblocks()
     for _ in range(1000):
         dataclasses.fields(counters)
     kept = sys.getallocatedblocks() - before
     assert kept > 500, f"{kept} blocks kept: CPython no longer fills its tuple free lists so"
-    heap.clock.now = 35.0
+    heap.clock.now = 30.0
     heap.tick()  # the periodic collection
     assert sys.getallocatedblocks() - before < kept / 10
     assert heap.stats.collections == 1
 
 
-def test_the_heap_settles_after_a_change_and_collects_every_period(heap):
+def test_the_heap_collects_every_period_once_settled(heap):
+    heap.clock.now = 100.0
     heap.tick()
-    assert not heap.settled and heap.stats.settles == 0, "settled before settle_after_s"
-    heap.clock.now = 5.0
-    heap.tick()
+    assert not heap.settled and heap.stats.collections == 0, "collected before a settle"
+    heap.settle()
     assert heap.settled and gc.get_freeze_count() > 0
     assert heap.stats.settles == 1 and heap.stats.frozen > 1000  # the interpreter, pytest
-    heap.clock.now = 34.0
+    heap.clock.now = 129.0
     heap.tick()
     assert heap.stats.collections == 0
-    heap.clock.now = 35.0
+    heap.clock.now = 130.0
     heap.tick()
     assert heap.stats.collections == 1
-    heap.unsettle()  # a transition
-    assert not heap.settled and gc.get_freeze_count() == 0
-    heap.clock.now = 39.0
-    heap.tick()
-    assert not heap.settled
-    heap.clock.now = 40.0
-    heap.tick()
+    heap.settle()  # a transition: thawed, collected, frozen again; the period starts over
     assert heap.settled and heap.stats.settles == 2
+    heap.clock.now = 159.0
+    heap.tick()
+    assert heap.stats.collections == 1
     heap.close()
     assert gc.get_freeze_count() == 0
     heap.clock.now = 1e9
     heap.tick()
-    assert not heap.settled, "a closed heap settled again"
+    assert not heap.settled and heap.stats.collections == 1, "a closed heap collected"
 
 
 class Engine:
@@ -140,15 +135,13 @@ class Engine:
         self.me = self
 
 
-def test_what_a_change_drops_is_collected_once_the_heap_is_thawed(heap):
+def test_what_a_transition_drops_is_collected_when_it_settles_the_heap(heap):
     engine = Engine()
     alive = weakref.ref(engine)
-    heap.clock.now = 5.0
-    heap.tick()
+    heap.settle()
     del engine  # released by a transition, but frozen: never visited
-    heap.clock.now = 35.0
+    heap.clock.now = 30.0
     heap.tick()
     assert alive() is not None, "a frozen cycle was collected: the test shows nothing"
-    heap.unsettle()  # what every transition calls
-    gc.collect()
+    heap.settle()  # what the end of every transition calls
     assert alive() is None

@@ -29,10 +29,11 @@ made at start-up seldom runs a full collection (it waits for a quarter as many n
 long-lived objects), and one costs 20-100 ms in a node (every object is visited).
 :class:`PythonHeap` freezes what exists once the node has settled (``gc.freeze``: a frozen
 object is never visited again), so a full collection costs about 0.1 ms, and runs one every
-``collect_every_s``, which empties the lists. A change that may leave long-lived objects
-behind (a lifecycle transition: engines made or released) thaws the heap, so cycles among
-what it dropped are collected, and it settles again after ``settle_after_s``. An idle speech
-node then rose 136 kB in its first 10 minutes instead of 428 kB in 16.5; the slower growth a
+``collect_every_s``, which empties the lists. Every lifecycle transition (engines made or
+released) settles the heap again at its end: thaw, a full collection that takes what the
+transition dropped (cycles included), freeze. A transition is where a pause of 20-100 ms
+costs no answer; settling a few seconds later could fall inside the first turn. An idle
+speech node rose 136 kB in its first 10 minutes instead of 428 kB in 16.5; the slower growth a
 soak of the whole graph measures after its warm-up is not these lists (benchmarks/README.md,
 "Soak").
 """
@@ -43,17 +44,16 @@ import ctypes
 import ctypes.util
 import functools
 import gc
+import math
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["COLLECT_EVERY_S", "SETTLE_AFTER_S", "PythonHeap", "release_free_memory"]
+__all__ = ["COLLECT_EVERY_S", "PythonHeap", "release_free_memory"]
 
 #: How often a settled heap runs a full collection (which empties Python's free lists).
 COLLECT_EVERY_S = 30.0
-#: How long after a change the heap is frozen again: the transition's own work is done.
-SETTLE_AFTER_S = 5.0
 
 
 @functools.cache
@@ -91,59 +91,55 @@ class HeapStats:
 
 
 class PythonHeap:
-    """Keeps the Python heap of a long-running process flat (see the module docstring).
+    """Keeps CPython's free lists from filling (see the module docstring).
 
     Process-wide (``gc`` is): one per process, owned by the code that owns the process (the
     node executables, :mod:`omniflow.ros.run`), never by a library embedded in another
-    program. :meth:`tick` runs on a periodic callback; :meth:`unsettle` on every change
-    (from any thread: a multi-threaded executor may run both at once).
+    program. :meth:`settle` runs at the end of every lifecycle transition, where a pause of
+    a full collection costs no answer; :meth:`tick` on a periodic callback. Either may run
+    on any thread (a multi-threaded executor may run both at once).
     """
 
     def __init__(
-        self,
-        collect_every_s: float = COLLECT_EVERY_S,
-        settle_after_s: float = SETTLE_AFTER_S,
-        clock: Callable[[], float] = time.monotonic,
+        self, collect_every_s: float = COLLECT_EVERY_S, clock: Callable[[], float] = time.monotonic
     ) -> None:
-        self.collect_every_s, self.settle_after_s = collect_every_s, settle_after_s
+        self.collect_every_s = collect_every_s
         self._clock = clock
         self._lock = threading.Lock()
         self._settled = False
-        self._due = clock() + settle_after_s
+        self._due = math.inf
         self.stats = HeapStats()
 
     @property
     def settled(self) -> bool:
         return self._settled
 
-    def unsettle(self) -> None:
-        """Thaw the heap (what a change dropped becomes collectable) and settle it again
-        ``settle_after_s`` from now."""
+    def settle(self) -> None:
+        """Thaw the heap, collect what the change dropped (cycles included) with a full
+        collection (20-100 ms in a node), and freeze what survives."""
         with self._lock:
             if self._settled:
                 gc.unfreeze()
-                self._settled = False
-            self._due = self._clock() + self.settle_after_s
+            t0 = time.perf_counter()
+            gc.collect()
+            self.stats.settle_ms = (time.perf_counter() - t0) * 1000.0
+            gc.freeze()
+            self._settled = True
+            self.stats.settles += 1
+            self.stats.frozen = gc.get_freeze_count()
+            self._due = self._clock() + self.collect_every_s
 
     def tick(self) -> None:
-        """Settle the heap once it is due (a full collection, 20-100 ms in a node, then
-        ``gc.freeze``), or run the periodic collection of a settled one (~0.1 ms)."""
+        """Run the periodic full collection of a settled heap when it is due (~0.1 ms: what
+        was frozen is not visited); it empties the free lists."""
         with self._lock:
             now = self._clock()
-            if now < self._due:
+            if not self._settled or now < self._due:
                 return
             t0 = time.perf_counter()
             gc.collect()
-            elapsed_ms = (time.perf_counter() - t0) * 1000.0
-            if self._settled:
-                self.stats.collections += 1
-                self.stats.collect_ms = elapsed_ms
-            else:
-                gc.freeze()
-                self._settled = True
-                self.stats.settles += 1
-                self.stats.frozen = gc.get_freeze_count()
-                self.stats.settle_ms = elapsed_ms
+            self.stats.collect_ms = (time.perf_counter() - t0) * 1000.0
+            self.stats.collections += 1
             self._due = now + self.collect_every_s
 
     def close(self) -> None:
@@ -152,4 +148,4 @@ class PythonHeap:
             if self._settled:
                 gc.unfreeze()
                 self._settled = False
-            self._due = float("inf")
+            self._due = math.inf

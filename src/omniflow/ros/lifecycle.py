@@ -15,8 +15,8 @@ everything on cleanup, shutdown, error or process exit. What they all share live
   ``/diagnostics`` status built by :meth:`LifecycleBase.diagnosis`, once a period;
 - worker threads started on activate and joined with a timeout that is logged when missed;
 - with :attr:`LifecycleBase.python_heap` set (the node executables set it: the process is
-  the node's), the Python heap settled after each transition and kept flat on the
-  diagnostics timer (:class:`~omniflow.engines.memory.PythonHeap`);
+  the node's), the Python heap settled at the end of each transition and CPython's free
+  lists emptied on the diagnostics timer (:class:`~omniflow.engines.memory.PythonHeap`);
 - :meth:`LifecycleBase.release`, safe in any state, which never publishes once the ROS
   context is gone (the node executables keep it until the node is released, see
   ``omniflow.ros.run``; a process that embeds a node may shut it down first).
@@ -185,12 +185,12 @@ class LifecycleBase(LifecycleNode):
             self.python_heap.tick()
 
     def heap_changed(self) -> None:
-        """What the node holds for good changed (a transition): let the Python heap collect
-        what was dropped, and settle again later. A live parameter swaps a number or a
-        small configuration, never an engine, and the power manager sets some with each
-        change of mode: it leaves the heap settled."""
+        """What the node holds for good changed (the end of a transition): collect what was
+        dropped and settle the Python heap again. A live parameter swaps a number or a
+        small configuration, never an engine, and the power manager sends its settings
+        again every 30 s: it leaves the heap settled."""
         if self.python_heap is not None:
-            self.python_heap.unsettle()
+            self.python_heap.settle()
 
     def start_worker(
         self, target: Callable[[], None], name: str, wake: Callable[[], None] | None = None
