@@ -18,7 +18,8 @@ valid until the end:
 3. the node releases what it holds (devices, models, native engines) and is destroyed;
 4. the context is shut down; the exit code is 0.
 
-The process is the node's, so the node keeps its Python heap flat as well
+The process is the node's, so the node also settles its Python heap at the end of each
+transition and keeps CPython's free lists from filling
 (:class:`~omniflow.engines.memory.PythonHeap`, ticked by the node's diagnostics timer).
 """
 
