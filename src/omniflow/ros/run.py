@@ -171,9 +171,10 @@ def _stop(node: Node, executor: Executor, spinner: threading.Thread, halt: threa
         spinner.join(_SPIN_JOIN_S)
     _wait_for_callbacks(executor, _SPIN_JOIN_S)
     executor.shutdown(timeout_sec=_SPIN_JOIN_S)
-    node.release()
     if getattr(node, "python_heap", None) is not None:
-        node.python_heap.close()
+        node.python_heap.close()  # before the release: no collection to settle a heap at exit
+        node.python_heap = None
+    node.release()
     node.destroy_node()
     rclpy.try_shutdown()
 
