@@ -71,6 +71,9 @@ def test_edit_distance_obeys_the_triangle_inequality(a, b, c) -> None:
         ("no, no, no", None, "no, no, no"),  # three is speech, not a loop
         ("the table table", "table", "the table table"),  # two repeats of a prompt word
         ("cup cup cup cup", "cup, dining table", ""),  # nothing but the prompt's echo
+        # Babble, primed with three labels not said (benchmarks/scene_bias.py): all echo.
+        ("cat, dog, dog, dog, dog, dog, dog, dog.", "cat, dog, chair", ""),
+        ("the cat, dog, dog, dog, dog.", "cat, dog, chair", "the cat,"),  # "the" was heard
         ("is the cup on the table", "cup, dining table", "is the cup on the table"),
         # The prompt's list read back after the question (fresh-clone run under a CPU hog).
         (

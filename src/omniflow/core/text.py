@@ -56,12 +56,16 @@ def loop_cut(tokens: Sequence[str], prompt: str | None = None) -> int:
     loop of prompt words goes whole, from where its phrase begins as the prompt has it ("the
     table dining table, dining table" keeps "the table"). An unfinished listing of the prompt
     at the end goes too (:func:`_prompt_list_start`). Tokens compare by their
-    :func:`words`, so "table," repeats "table"."""
+    :func:`words`, so "table," repeats "table". A hypothesis that is only prompt words before
+    its loop of prompt words goes whole: primed with "cat, dog, chair", babble came back as
+    "cat, dog, dog, dog, dog." (``benchmarks/scene_bias.py``), the prompt's echo from its
+    first word."""
     norm = [" ".join(words(t)) for t in tokens]
     phrases = [tuple(words(p)) for p in (prompt or "").split(",")]
     primed = {w for p in phrases for w in p}
     n = len(norm)
     best = n
+    prompt_loop = False
     for unit in range(1, LOOP_UNIT_WORDS + 1):
         # The periodic tail: the earliest start from which every token repeats the one
         # ``unit`` before it, to the end.
@@ -78,9 +82,13 @@ def loop_cut(tokens: Sequence[str], prompt: str | None = None) -> int:
             shift = next((r for r in range(unit) if tuple(phrase[r:] + phrase[:r]) in phrases), 0)
             if (n - start - shift) // unit >= PROMPT_LOOP_REPEATS:
                 best = min(best, start + shift)
+                prompt_loop = True
         elif (n - start) // unit >= LOOP_REPEATS:
             best = min(best, start + unit)
-    return min(best, _prompt_list_start(tokens, norm, phrases, primed))
+    cut = min(best, _prompt_list_start(tokens, norm, phrases, primed))
+    if prompt_loop and all(w in primed for t in norm[:cut] for w in t.split()):
+        return 0
+    return cut
 
 
 def _prompt_list_start(
