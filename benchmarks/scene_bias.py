@@ -131,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args(argv)
+    if not 1 <= args.questions <= len(TARGETS) * len(TEMPLATES):
+        parser.error(f"--questions {args.questions}: ask 1 to {len(TARGETS) * len(TEMPLATES)}")
     asked = itertools.islice(itertools.product(range(len(TARGETS)), TEMPLATES), args.questions)
     questions = []
     for t, (target, template) in enumerate(asked):

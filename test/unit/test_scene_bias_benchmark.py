@@ -34,3 +34,14 @@ def test_the_scene_bias_benchmark_runs_on_one_question(tmp_path):
     for figures in result["by_run"].values():
         assert figures["questions"] == 1
         assert 0.0 <= figures["wer"], figures
+
+
+def test_the_scene_bias_benchmark_refuses_a_question_count_it_cannot_ask():
+    run = subprocess.run(
+        [sys.executable, str(SCRIPT), "--questions", "0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 2
+    assert "--questions 0: ask 1 to 24" in run.stderr
