@@ -16,8 +16,9 @@ and the open file descriptors (``/proc``), and the nodes in the ROS graph under 
 (a leak of DDS participants or nodes shows there; nodes of other programs in the same domain
 are listed, not judged). Per loop: the answers (final response chunks) and the
 latency from each final transcript to the first chunk of the answer it started (wall time of
-arrival here), the final transcripts heard, the user's words each turn answered (carried-over
-words included), and why the dialogue changed state (the
+arrival here), the final transcripts heard (and the span of the session each covers, in
+seconds from its first microphone sample: ``heard_at_s``), the user's words each turn
+answered (carried-over words included), and why the dialogue changed state (the
 ``dialogue_state`` reasons, digits left out, counted): a loop without an answer says whether
 the words were not heard, the turn was cancelled (by what) or the answer never came. At the
 end, each node's ``~/status`` counters; ``--logs DIR`` keeps each node's output there.
@@ -60,11 +61,13 @@ from _common import median, ratio, slope_per_hour, smaps_rss, summary, write_res
 from std_msgs.msg import String
 
 from omniflow.bag import BagReader
+from omniflow.core.timing import NS_PER_S
 from omniflow.graph import RESPAWN_DELAY_S, frame_publisher_env, graph_topic_name, profile_nodes
 from omniflow.launcher import Supervisor
 from omniflow.msg import DialogueState, ResponseChunk, Transcript
 from omniflow.resources import sample, share_dir
 from omniflow.ros.bag_io import Player
+from omniflow.ros.conversions import ns_from_time
 from omniflow.ros.monitor import spinning
 from omniflow.ros.qos import EVENTS, LATCHED, STATE_CHANGES
 
@@ -147,13 +150,18 @@ class Outputs:
     _pending: float | None = None  # the newest final's arrival, until a turn's first chunk
     _seen_turns: set[int] = field(default_factory=set)
     status: dict[str, dict] = field(default_factory=dict)
-    heard: list[tuple[int, str]] = field(default_factory=list)  # (loop, final transcript)
+    heard: list[tuple[int, str, float, float]] = field(default_factory=list)
+    stream_origin_ns: int = 0  # the session's first microphone stamp: heard spans count from it
     said: list[tuple[int, str]] = field(default_factory=list)  # (loop, a turn's user text)
     reasons: list[tuple[int, str]] = field(default_factory=list)  # (loop, state change reason)
 
     def on_transcript(self, msg: Transcript) -> None:
         if msg.is_final:
-            self.heard.append((self.loop, msg.text.strip()))
+            start, end = (
+                round((ns_from_time(t) - self.stream_origin_ns) / NS_PER_S, 2)
+                for t in (msg.start, msg.end)
+            )
+            self.heard.append((self.loop, msg.text.strip(), start, end))
         if msg.is_final and msg.text.strip():
             self._pending = time.monotonic()
 
@@ -223,6 +231,8 @@ def run(
             LATCHED,
         )
     reader = BagReader(sample("session.mcap"))
+    first_chunk = next(msg for _, msg in reader.decoded(["audio"]))
+    outputs.stream_origin_ns = ns_from_time(first_chunk.header.stamp)
     remap = {topic: graph_topic_name(topic) for topic in reader.topics}
     player = Player(node, reader, namespace=namespace, rate=rate, clock=True, remap=remap)
     stop = threading.Event()
@@ -340,7 +350,8 @@ def report(names, samples, graph, outputs, player, respawn_lines, minutes, warmu
             "loop": loop,
             "answers": sum(1 for d in outputs.done if d == loop),
             "latency_s": median([s for lp, s in outputs.answers if lp == loop], 3),
-            "heard": [text for lp, text in outputs.heard if lp == loop],
+            "heard": [text for lp, text, _, _ in outputs.heard if lp == loop],
+            "heard_at_s": [[a, b] for lp, _, a, b in outputs.heard if lp == loop],
             "turns": [text for lp, text in outputs.said if lp == loop],
             "dialogue": dict(Counter(reason for lp, reason in outputs.reasons if lp == loop)),
         }
