@@ -22,6 +22,7 @@ from omniflow.core.fusion_events import (
 )
 from omniflow.core.fusion_pipeline import (
     MAX_FRAME_LAG_NS,
+    MAX_REFERENCE_WAIT_NS,
     MAX_TURN_YIELD_NS,
     PREROLL_NS,
     SILENCE_IDLE_EVERY_NS,
@@ -432,6 +433,40 @@ def test_a_chunk_waits_no_longer_than_the_echo_wait(wait_ms):
     assert engines.echo.gate.seen == [mic]
     assert late_ms == wait_ms
     assert pipeline.stats.echo_chunks == 0  # no reference came: not taken for the robot
+
+
+def test_chunks_held_at_the_intake_wait_for_their_reference_though_the_clock_moved_on():
+    """The node was kept from its callbacks for 800 ms while the robot spoke: the microphone
+    and the played audio come in interleaved, each chunk before the block that covers it,
+    every one long past its end by the clock. Each waits for its block (a wait by stamps
+    alone let them through without their echo removed)."""
+    pipeline, engines = make(echo=True)
+    pipeline.step(T0, played=[(T0, np.zeros(CHUNK_SAMPLES * 5, np.int16))])
+    mics = [T0 + (5 + k) * CHUNK_NS for k in range(4)]
+    resumed = mics[-1] + 800 * NS_PER_MS
+    for k, mic in enumerate(mics):
+        now = resumed + k * 4 * NS_PER_MS
+        pipeline.step(now, audio=[(mic, chunk(QUIET, k))])
+        assert pipeline.pending_audio == 1
+        pipeline.step(now + 2 * NS_PER_MS, played=[(mic, chunk(QUIET))])
+    assert engines.echo.gate.seen == mics
+    assert pipeline.stats.echo_chunks == 4  # each with its reference: the robot's voice
+
+
+def test_a_chunk_waits_for_its_reference_at_most_the_cap_after_it_came():
+    """Played blocks keep coming, all stamped before the chunk (a speech node whose stamps run
+    behind the microphone's): the chunk waits MAX_REFERENCE_WAIT_NS after it came, no more."""
+    pipeline, engines = make(echo=True)
+    pipeline.step(T0, played=[(T0, np.zeros(CHUNK_SAMPLES * 5, np.int16))])
+    mic = T0 + 5 * CHUNK_NS
+    came = mic + CHUNK_NS + 10 * NS_PER_MS
+    pipeline.step(came, audio=[(mic, chunk(QUIET))])
+    behind = (T0, np.zeros(CHUNK_SAMPLES // 2, np.int16))
+    waited_ms = 0
+    while not engines.echo.gate.seen:
+        waited_ms += 10
+        pipeline.step(came + waited_ms * NS_PER_MS, played=[behind])
+    assert waited_ms * NS_PER_MS == MAX_REFERENCE_WAIT_NS
 
 
 def test_chunks_do_not_wait_when_the_robot_is_silent():

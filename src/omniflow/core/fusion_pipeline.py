@@ -12,8 +12,15 @@ with the current stream time and publishes the events it returns
 
 One microphone chunk takes this path (see :meth:`FusionPipeline.process_audio`):
 
-1. it waits, while the robot speaks, until the played audio covering it has arrived (at most
-   ``echo_wait_ns`` after its end): an echo without its reference would pass as speech;
+1. it waits, while the robot speaks, until the played audio covering it has arrived: an echo
+   without its reference would pass as speech. It goes on without it ``echo_wait_ns`` after
+   its end and its arrival once no played block has come for as long (the robot stopped),
+   and at most ``MAX_REFERENCE_WAIT_NS`` after its arrival. The waits count from arrivals,
+   not only from stamps: when the node's intake stalls (a busy core), both streams queue
+   up and come in interleaved, the microphone ahead of the played audio by hundreds of ms
+   of stream time while the clock has moved on; a wait by stamps alone let those chunks go
+   without their echo removed (``benchmarks/soak.py``: the recorded answer's echo heard as
+   "the curb I'm coming");
 2. a stream restart (stamps more than 1 s back: a bag looping, a sensor restarting) ends
    the speech, and the recogniser's utterance with it (its final still comes), and resets
    the VAD, the preroll and the echo stage;
@@ -122,6 +129,9 @@ RESTART_NS = NS_PER_S
 SILENCE_EVERY_NS = 100 * NS_PER_MS
 SILENCE_IDLE_EVERY_NS = 500 * NS_PER_MS
 SILENCE_PAUSE_NS = 2 * NS_PER_S
+# The longest a microphone chunk waits for its reference after it reached the pipeline, however
+# the played audio keeps coming (a speech node whose stamps run behind the microphone's).
+MAX_REFERENCE_WAIT_NS = 500 * NS_PER_MS
 # Chunks held by the pipeline (waiting for their reference or their slice): 4 s of 40 ms.
 MAX_PENDING_AUDIO = 100
 # The longest frames wait after the user's speech ended (for its final transcript, and
@@ -449,9 +459,10 @@ PIPELINE_PARAMS = (
     ParamSpec(
         "echo.wait_ms",
         60,
-        "While the robot speaks, a microphone chunk waits at most "
-        "this long (after its end) for the played audio that covers it, which can "
-        "arrive late under load; an echo without its reference would pass as speech",
+        "While the robot speaks, a microphone chunk waits for the played audio that covers "
+        "it, which can arrive late under load (an echo without its reference would pass as "
+        "speech); it goes on without it once this long has passed after its end and after "
+        "the last played block came (at most 500 ms after the chunk came)",
         unit="ms",
         minimum=0,
         maximum=500,
@@ -578,8 +589,10 @@ class FusionPipeline:
             on_error=self._stage_error,
         )
         self._audio_lsh = LshEncoder(AUDIO_BANDS, seed=1)
-        self._pending_audio: deque[tuple[int, np.ndarray]] = deque()
+        # (stamp, samples, the stream time it reached the pipeline)
+        self._pending_audio: deque[tuple[int, np.ndarray, int]] = deque()
         self._played: list[tuple[int, np.ndarray]] = []
+        self._played_seen_ns: int | None = None  # when played blocks last came in
         self._frame: tuple[int, np.ndarray] | None = None
         self._raw_frames: deque[tuple[int, np.ndarray]] = deque()  # the onset ring
         self._last_frame_ns: int | None = None  # the stamp of the last frame received
@@ -651,7 +664,7 @@ class FusionPipeline:
         if len(self._pending_audio) >= MAX_PENDING_AUDIO:
             self._pending_audio.popleft()
             self.stats.buffer_overflows += 1
-        self._pending_audio.append((stamp_ns, samples))
+        self._pending_audio.append((stamp_ns, samples, self._now_ns))
 
     def push_played(self, stamp_ns: int, samples: np.ndarray) -> None:
         """A 16 kHz int16 block the robot played (first sample out at ``stamp_ns``)."""
@@ -685,6 +698,7 @@ class FusionPipeline:
         (``prompt``) and the slice due at ``now_ns``; return the events made meanwhile, in
         order. Errors of a stage are counted and returned as :class:`StageError` events; the
         other stages still run."""
+        self._now_ns = now_ns
         for stamp_ns, samples in played:
             self.push_played(stamp_ns, samples)
         for stamp_ns, samples in audio:
@@ -716,6 +730,8 @@ class FusionPipeline:
         if self.source is not None:
             self._played.extend(self.source.take_played())
         played, self._played = self._played, []
+        if played:
+            self._played_seen_ns = now_ns
         if echo is not None:
             for stamp_ns, samples in played:
                 echo.reference.add(stamp_ns, samples)
@@ -729,23 +745,33 @@ class FusionPipeline:
                     *self._pending_audio[0], now_ns
                 ):
                     break
-                self._ingest_chunk(*self._pending_audio.popleft())
+                stamp_ns, samples, _ = self._pending_audio.popleft()
+                self._ingest_chunk(stamp_ns, samples)
             if self.engines.recognizer is not None:
                 self._collect_finals()
         finally:
             self._hand_out_activity()
 
-    def awaits_reference(self, stamp_ns: int, samples: np.ndarray, now_ns: int) -> bool:
-        """True while the robot speaks, the played audio covering this chunk has not arrived
-        yet, and the chunk has waited less than ``echo_wait_ns`` after its end."""
+    def awaits_reference(
+        self, stamp_ns: int, samples: np.ndarray, arrived_ns: int, now_ns: int
+    ) -> bool:
+        """True while the robot speaks (played audio up to ``SPEAKING_NS`` before this chunk,
+        or played blocks coming in that recently), the played audio covering the chunk has not
+        arrived yet, and the chunk may still wait: less than ``echo_wait_ns`` after its end and
+        its arrival (``arrived_ns``), or after the last played block came, and less than
+        ``MAX_REFERENCE_WAIT_NS`` after its arrival."""
         echo = self.engines.echo
         if echo is None or not len(echo.reference):
             return False
         end_ns = _end_ns(stamp_ns, samples)
         newest = echo.reference.newest_end_ns
-        if newest >= end_ns or newest < stamp_ns - SPEAKING_NS:
+        since_played = math.inf if self._played_seen_ns is None else now_ns - self._played_seen_ns
+        if newest >= end_ns or (newest < stamp_ns - SPEAKING_NS and since_played >= SPEAKING_NS):
             return False
-        return now_ns - end_ns < self.config.echo_wait_ns
+        if not 0 <= now_ns - arrived_ns < MAX_REFERENCE_WAIT_NS:
+            return False
+        wait = self.config.echo_wait_ns
+        return now_ns - max(end_ns, arrived_ns) < wait or 0 <= since_played < wait
 
     # ----------------------------------------------------------------- one chunk
     def _ingest_chunk(self, stamp_ns: int, samples: np.ndarray) -> None:

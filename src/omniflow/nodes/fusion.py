@@ -36,6 +36,9 @@ PARAMS = (*PIPELINE_PARAMS, *ENGINE_PARAMS, *messages.INTAKE_PARAMS, AUTOSTART)
 # when full). Frames: one slot, the newest wins (only the newest frame is ever encoded).
 _AUDIO_BUFFER = 100  # chunks (4 s of 40 ms chunks)
 _PLAYED_BUFFER = 200  # played blocks (20 ms blocks: 4 s)
+# The speech node's played blocks are 5-20 ms (its block_ms) against the microphone's 40 ms
+# chunks: its subscription holds this many times audio.queue_depth, the same span at 5 ms.
+_PLAYED_PER_CHUNK = 8
 # Frames the image subscription's DDS queue holds: the callback only keeps the newest, so a
 # deeper queue would only cost memory (a frame each) and copies of frames about to be
 # replaced; frames replaced there are counted as lost (frames_lost).
@@ -121,6 +124,7 @@ class FusionNode(LifecycleBase):
         self._next_utterance = 1  # utterance ids go on across configures
         self.intake = messages.IntakeStats()
         self._audio_gaps = messages.SequenceGaps()
+        self._played_gaps = messages.SequenceGaps()
         self._continuity = AudioContinuity()  # by the chunks' own sequence and stamps
         self._source_rate = SourceRate(SAMPLE_RATE)  # the callback's alone
         self._frame_gaps = messages.SequenceGaps()
@@ -136,9 +140,14 @@ class FusionNode(LifecycleBase):
             _THROTTLE_S,
         )
         self._max_pixels = self.params["image.max_pixels"]
-        audio_queue = sensor_queue(self.params["audio.queue_depth"])
-        self.create_subscription(AudioChunk, "audio", self._on_audio, audio_queue)
-        self.create_subscription(AudioChunk, "played_audio", self._on_played, audio_queue)
+        depth = self.params["audio.queue_depth"]
+        self.create_subscription(AudioChunk, "audio", self._on_audio, sensor_queue(depth))
+        self.create_subscription(
+            AudioChunk,
+            "played_audio",
+            self._on_played,
+            sensor_queue(depth * _PLAYED_PER_CHUNK),
+        )
         self.create_subscription(Image, "image_raw", self._on_image, sensor_queue(_FRAME_QUEUE))
         self.publish_status()
 
@@ -185,8 +194,12 @@ class FusionNode(LifecycleBase):
             f"source (nothing above {rate.band_hz} Hz), so expect more recognition errors"
         )
 
-    def _on_played(self, msg: AudioChunk) -> None:
+    def _on_played(self, msg: AudioChunk, info: dict) -> None:
         """A block the speech node played: kept (at 16 kHz) as the echo reference."""
+        missing = self._played_gaps.missing(info)
+        if missing:
+            with self._lock:
+                self.intake.played_lost += missing
         item = self._check("played", msg, lambda m: messages.check_audio(m, any_rate=True))
         if item is None:
             return

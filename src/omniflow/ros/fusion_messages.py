@@ -92,8 +92,9 @@ INTAKE_PARAMS = (
     ParamSpec(
         "audio.queue_depth",
         50,
-        "Microphone and played-audio chunks the subscriptions hold while the node is busy "
-        "(best effort, keep last; 50 chunks of 40 ms = 2 s). The sensor-data depth of 5 "
+        "Microphone chunks the subscription holds while the node is busy (best effort, keep "
+        "last; 50 chunks of 40 ms = 2 s; played_audio holds 8 times as many blocks, the same "
+        "span in the speech node's blocks of 5 ms or more). The sensor-data depth of 5 "
         "(200 ms) lost chunks whenever a decode kept the node from taking them",
         unit="chunks",
         minimum=1,
@@ -120,6 +121,7 @@ class IntakeStats:
     diagnostics)."""
 
     audio_lost: int = 0  # microphone chunks sent but never received (see SequenceGaps)
+    played_lost: int = 0  # played_audio blocks sent but never received: holes in the reference
     frames_lost: int = 0  # frames sent but never received, or replaced in the DDS queue
     frames_skipped: int = 0  # received frames replaced by a newer one before they were used
     frames_too_large: int = 0  # over image.max_pixels (also counted in rejected_images)
