@@ -23,19 +23,20 @@ from omniflow.core.fusion_pipeline import PIPELINE_PARAMS, FusionConfig, FusionP
 from omniflow.core.params import defaults
 from omniflow.core.timing import NS_PER_MS, NS_PER_S
 from omniflow.engines.fusion_engines import ENGINE_PARAMS, EchoSettings, make_fusion_engines
+from omniflow.ros.conversions import ns_from_time
 
 SESSION = Path(__file__).resolve().parents[1] / "data" / "samples" / "session.mcap"
 # Where the robot's answers play in the session (s from its first recorded message).
 ANSWERS_S = (3.4, 6.6)
 
 
+@pytest.fixture(scope="module")
 def session() -> list[tuple[int, str, int, np.ndarray]]:
     """(recorded at, topic, stamp, samples) of every audio message, in recorded order."""
     out = []
     for message, msg in BagReader(SESSION).decoded(["audio", "played_audio"]):
-        stamp = msg.header.stamp.sec * NS_PER_S + msg.header.stamp.nanosec
         samples = np.frombuffer(bytes(msg.data), dtype="<i2")
-        out.append((message.timestamp_ns, message.topic, stamp, samples))
+        out.append((message.timestamp_ns, message.topic, ns_from_time(msg.header.stamp), samples))
     return out
 
 
@@ -86,9 +87,8 @@ def run(arrivals: list[tuple[int, tuple]]) -> dict[str, int]:
 
 
 @pytest.fixture(scope="module")
-def undisturbed() -> dict[str, int]:
-    messages = session()
-    return run([(m[0], m) for m in messages])
+def undisturbed(session) -> dict[str, int]:
+    return run([(m[0], m) for m in session])
 
 
 def test_the_undisturbed_session_has_its_three_utterances(undisturbed):
@@ -98,5 +98,5 @@ def test_the_undisturbed_session_has_its_three_utterances(undisturbed):
 
 
 @pytest.mark.parametrize("stall_ms", [300, 800, 1500])
-def test_a_stalled_intake_hears_the_same(undisturbed, stall_ms):
-    assert run(stalled(session(), stall_ms)) == undisturbed
+def test_a_stalled_intake_hears_the_same(session, undisturbed, stall_ms):
+    assert run(stalled(session, stall_ms)) == undisturbed
