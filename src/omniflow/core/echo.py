@@ -13,7 +13,8 @@ where nothing played). For each microphone chunk, :class:`EchoGate`:
    hop): the reference at that delay (the direct path) and up to ``reverb_ms`` before it,
    decaying as a reverberant room would, times a per-band gain of the echo path. The gains
    are learnt as an upper envelope (fast up, slow down) from the chunks the echo dominates
-   (a scaled copy of the delayed reference explains a good share of them), one for the
+   (a scaled copy of the delayed reference explains a good share of them; a band heard far
+   above its prediction there is the user's, not a louder path, and climbs slowly), one for the
    reverberant sum and one for the direct reference alone (learnt on onsets, where the sum
    under-predicts); the larger prediction counts, since an echo underestimated leaks through;
 3. reports ``echo_score``: the predicted echo's share of the chunk's energy (0..1; NaN while
@@ -324,7 +325,8 @@ def _learn(
     echo_dominates: bool,
 ) -> tuple[np.ndarray, int]:
     """One step of an echo path power gain per band, learnt from chunks the echo dominates:
-    an upper envelope (fast up, slow down), since an echo underestimated leaks through."""
+    an upper envelope (fast up, slow down), since an echo underestimated leaks through; a band
+    far above its prediction climbs slowly (:data:`_PLAUSIBLE_RISE`)."""
     if gain is None:
         gain = np.full(_BANDS, _INITIAL_GAIN)
     if not echo_dominates or predicted.sum() <= 0:
@@ -334,7 +336,9 @@ def _learn(
         return np.exp(ratio), 1
     log_gain = np.log(gain)
     rate = np.where(ratio > log_gain, _LEARN_UP, _LEARN_DOWN)
-    return np.exp(log_gain + rate * (ratio - log_gain)), learnt + 1
+    step = rate * (ratio - log_gain)
+    step = np.where(ratio - log_gain > _PLAUSIBLE_RISE, np.minimum(step, _SLOW_CLIMB), step)
+    return np.exp(log_gain + step), learnt + 1
 
 
 def _fit_share(x: np.ndarray, ref: np.ndarray) -> float:
@@ -367,6 +371,15 @@ _ONSET_SHARE = 0.5
 # predicted, down when quieter.
 _LEARN_UP = 0.5
 _LEARN_DOWN = 0.05
+# A band heard more than this above what its gain predicts is not taken for a louder echo
+# path at once: a chunk the echo dominates overall can hold the user's voice in a few bands
+# (the "s" of "Stop" lies above 4 kHz, where the robot's vowels are quiet), and learning that
+# as echo raised the gain there 25 dB in two chunks and hid the first 120 ms of
+# the user's voice (the bundled session) (the
+# gain comes down at _LEARN_DOWN). Such a band climbs at most _SLOW_CLIMB a chunk, so a path
+# that really got that much louder is still learnt, over a second or so.
+_PLAUSIBLE_RISE = math.log(10.0)  # 10 dB, in log power
+_SLOW_CLIMB = math.log(10.0) / 20  # 0.5 dB
 
 
 def _frames(signal: np.ndarray) -> np.ndarray:
