@@ -9,6 +9,8 @@ microphone chunk then a played block in turn, as rclpy's executor takes one mess
 subscription, and the clock has moved on by the whole stall. The echo must be taken out as
 in the undisturbed run: the same echo chunks and no speech start of its own (a looped soak
 under a CPU hog heard the answer's echo as "the curb I'm coming" and took it for the user).
+Also with the intake held from just before each answer begins, every microphone chunk of the
+stall coming before the answer's first played block: the robot was silent when they came.
 """
 
 from __future__ import annotations
@@ -27,8 +29,10 @@ from omniflow.engines.fusion_engines import ENGINE_PARAMS, EchoSettings, make_fu
 from omniflow.ros.conversions import ns_from_time
 
 SESSION = Path(__file__).resolve().parents[1] / "data" / "samples" / "session.mcap"
-# Where the robot's answers play in the session (s from its first recorded message).
+# Where the robot's answers play in the session (s from its first recorded message), and
+# just before each one's first played block (3.16 s, 6.4 s).
 ANSWERS_S = (3.4, 6.6)
+ONSETS_S = (3.1, 6.3)
 
 
 @pytest.fixture(scope="module")
@@ -41,11 +45,14 @@ def session() -> list[tuple[int, str, int, np.ndarray]]:
     return out
 
 
-def stalled(messages: list, stall_ms: int) -> list[tuple[int, tuple]]:
-    """(arrival, message): held from each answer's start for ``stall_ms``, then the held
-    ones 2 ms apart, microphone and played in turn."""
+def stalled(
+    messages: list, stall_ms: int, at_s: tuple = ANSWERS_S, microphone_first: bool = False
+) -> list[tuple[int, tuple]]:
+    """(arrival, message): held from each of ``at_s`` for ``stall_ms``, then the held ones
+    2 ms apart, microphone and played in turn (or every microphone chunk first: one
+    subscription's queue drained before the other's)."""
     first = messages[0][0]
-    stalls = [(first + int(s * NS_PER_S), stall_ms * NS_PER_MS) for s in ANSWERS_S]
+    stalls = [(first + int(s * NS_PER_S), stall_ms * NS_PER_MS) for s in at_s]
     arrivals, held = [], []
     for message in messages:
         if any(0 <= message[0] - start < length for start, length in stalls):
@@ -55,7 +62,7 @@ def stalled(messages: list, stall_ms: int) -> list[tuple[int, tuple]]:
         if held:
             mic = [m for m in held if m[1] == "audio"]
             played = [m for m in held if m[1] != "audio"]
-            pairs = min(len(mic), len(played))
+            pairs = 0 if microphone_first else min(len(mic), len(played))
             turns = [m for pair in zip(mic[:pairs], played[:pairs], strict=True) for m in pair]
             for m in turns + mic[pairs:] + played[pairs:]:
                 arrivals.append((at, m))
@@ -117,3 +124,12 @@ def test_the_undisturbed_session_has_its_three_utterances(undisturbed):
 @pytest.mark.parametrize("stall_ms", [300, 800, 1500])
 def test_a_stalled_intake_hears_the_same(session, undisturbed, stall_ms):
     assert run(stalled(session, stall_ms)) == undisturbed
+
+
+@pytest.mark.parametrize("stall_ms", [300, 800, 1500])
+def test_an_intake_stalled_while_an_answer_began_hears_the_same(session, undisturbed, stall_ms):
+    # Every microphone chunk of the stall comes before the answer's first played block:
+    # the robot was silent, so nothing waited for it, and the answer's first words went
+    # through as the user's (a soak beside a CPU hog heard "That's it." at an onset)
+    arrivals = stalled(session, stall_ms, at_s=ONSETS_S, microphone_first=True)
+    assert run(arrivals) == undisturbed

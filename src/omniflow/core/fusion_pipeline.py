@@ -20,7 +20,10 @@ One microphone chunk takes this path (see :meth:`FusionPipeline.process_audio`):
    up and come in interleaved, the microphone ahead of the played audio by hundreds of ms
    of stream time while the clock has moved on; a wait by stamps alone let those chunks go
    without their echo removed (``benchmarks/soak.py``: the recorded answer's echo heard as
-   "the curb I'm coming");
+   "the curb I'm coming"). While the robot is silent, a chunk that came later than the
+   stream's chunks usually do (by more than ``echo_wait_ns``: a stalled intake) waits until
+   ``echo_wait_ns`` after the last such chunk came, since the first block of an answer that
+   began meanwhile may be queued behind them;
 2. a stream restart (stamps more than 1 s back: a bag looping, a sensor restarting) ends
    the speech, and the recogniser's utterance with it (its final still comes), and resets
    the VAD, the preroll and the echo stage;
@@ -132,6 +135,9 @@ SILENCE_PAUSE_NS = 2 * NS_PER_S
 # The longest a microphone chunk waits for its reference after it reached the pipeline, however
 # the played audio keeps coming (a speech node whose stamps run behind the microphone's).
 MAX_REFERENCE_WAIT_NS = 500 * NS_PER_MS
+# Microphone chunks over which the usual delay from a chunk's end to its arrival is taken
+# (the least of them): 2 s of 40 ms, so a stall stands out and a slower link is learnt.
+LATENESS_CHUNKS = 50
 # Chunks held by the pipeline (waiting for their reference or their slice): 4 s of 40 ms.
 MAX_PENDING_AUDIO = 100
 # The longest frames wait after the user's speech ended (for its final transcript, and
@@ -462,7 +468,9 @@ PIPELINE_PARAMS = (
         "While the robot speaks, a microphone chunk waits for the played audio that covers "
         "it, which can arrive late under load (an echo without its reference would pass as "
         "speech); it goes on without it once this long has passed after its end and after "
-        "the last played block came (at most 500 ms after the chunk came)",
+        "the last played block came (at most 500 ms after the chunk came). While it is "
+        "silent, chunks that came this much later than usual, in a burst (a stalled intake), "
+        "wait this long after the burst for an answer's first block queued behind them",
         unit="ms",
         minimum=0,
         maximum=500,
@@ -591,6 +599,12 @@ class FusionPipeline:
         self._audio_lsh = LshEncoder(AUDIO_BANDS, seed=1)
         # (stamp, samples, the stream time it reached the pipeline)
         self._pending_audio: deque[tuple[int, np.ndarray, int]] = deque()
+        # how long after its end each recent chunk arrived (ns), and when the last one that
+        # came later than usual arrived
+        self._lateness: deque[int] = deque(maxlen=LATENESS_CHUNKS)
+        self._late_arrival_ns: int | None = None
+        self._last_arrival_ns = 0
+        self._last_late = False
         self._played: list[tuple[int, np.ndarray]] = []
         self._played_seen_ns: int | None = None  # when played blocks last came in
         self._frame: tuple[int, np.ndarray] | None = None
@@ -665,6 +679,15 @@ class FusionPipeline:
             self._pending_audio.popleft()
             self.stats.buffer_overflows += 1
         self._pending_audio.append((stamp_ns, samples, self._now_ns))
+        lateness = self._now_ns - _end_ns(stamp_ns, samples)
+        late = lateness > self._usual_lateness() + self.config.echo_wait_ns
+        # A backlog comes in a burst, faster than the stream's pace; a link that got slower
+        # brings late chunks at the usual pace, with nothing queued behind them.
+        burst = self._now_ns - self._last_arrival_ns < _end_ns(0, samples) // 2
+        if late and (burst or not self._last_late):
+            self._late_arrival_ns = self._now_ns
+        self._last_arrival_ns, self._last_late = self._now_ns, late
+        self._lateness.append(lateness)
 
     def push_played(self, stamp_ns: int, samples: np.ndarray) -> None:
         """A 16 kHz int16 block the robot played (first sample out at ``stamp_ns``)."""
@@ -755,23 +778,36 @@ class FusionPipeline:
     def awaits_reference(
         self, stamp_ns: int, samples: np.ndarray, arrived_ns: int, now_ns: int
     ) -> bool:
-        """True while the robot speaks (played audio up to ``SPEAKING_NS`` before this chunk,
-        or played blocks coming in that recently), the played audio covering the chunk has not
-        arrived yet, and the chunk may still wait: less than ``echo_wait_ns`` after its end and
-        its arrival (``arrived_ns``), or after the last played block came, and less than
-        ``MAX_REFERENCE_WAIT_NS`` after its arrival."""
+        """True while the played audio covering this chunk has not arrived, the chunk may
+        still wait (less than ``MAX_REFERENCE_WAIT_NS`` after its arrival, ``arrived_ns``),
+        and either the robot speaks (played audio up to ``SPEAKING_NS`` before this chunk,
+        or played blocks coming in that recently) and it is less than ``echo_wait_ns`` after
+        the chunk's end and arrival, or after the last played block came; or the robot is
+        silent, the chunk came more than ``echo_wait_ns`` later than the stream's chunks
+        usually do (a stalled intake: an answer's first block may be queued behind it) and
+        it is less than ``echo_wait_ns`` after the last late chunk of a burst came (the
+        intake is still catching up)."""
         echo = self.engines.echo
-        if echo is None or not len(echo.reference):
+        if echo is None:
             return False
         end_ns = _end_ns(stamp_ns, samples)
-        newest = echo.reference.newest_end_ns
-        since_played = math.inf if self._played_seen_ns is None else now_ns - self._played_seen_ns
-        if newest >= end_ns or (newest < stamp_ns - SPEAKING_NS and since_played >= SPEAKING_NS):
+        newest = echo.reference.newest_end_ns if len(echo.reference) else None
+        if newest is not None and newest >= end_ns:
             return False
         if not 0 <= now_ns - arrived_ns < MAX_REFERENCE_WAIT_NS:
             return False
         wait = self.config.echo_wait_ns
-        return now_ns - max(end_ns, arrived_ns) < wait or 0 <= since_played < wait
+        since_played = math.inf if self._played_seen_ns is None else now_ns - self._played_seen_ns
+        if (newest is not None and newest >= stamp_ns - SPEAKING_NS) or since_played < SPEAKING_NS:
+            return now_ns - max(end_ns, arrived_ns) < wait or 0 <= since_played < wait
+        if self._late_arrival_ns is None:  # no chunk came late yet
+            return False
+        late = arrived_ns - end_ns > self._usual_lateness() + wait
+        return late and now_ns - self._late_arrival_ns < wait
+
+    def _usual_lateness(self) -> int:
+        """How long after their end the recent chunks arrived, at least (ns)."""
+        return min(self._lateness, default=0)
 
     # ----------------------------------------------------------------- one chunk
     def _ingest_chunk(self, stamp_ns: int, samples: np.ndarray) -> None:
