@@ -24,6 +24,13 @@ Method (prints one JSON object):
   of the chunk whose processing confirmed the start minus the user's first voiced 10 ms) in
   ``user`` and ``double``, and the processing time per 40 ms chunk (echo stage only, median
   and p90 over every chunk with a reference).
+- ``--hear``: also what the recogniser makes of the user's words, through the fusion node's
+  whole audio path (:class:`~omniflow.core.fusion_pipeline.FusionPipeline` with its default
+  settings: the gate, the VAD, the lead-in, Whisper tiny.en) in each room: ``user`` and
+  ``double`` with the robot falling silent ``--stop-after-ms`` after the user's onset, as
+  the speech node does on a barge-in (its echo's reverberant tail still in the room). Word
+  error rate against the words spoken, and in how many rooms the first word, "stop", was
+  heard.
 
 Run from the repository root::
 
@@ -45,8 +52,13 @@ import soundfile
 from _common import median, summary, write_result
 
 from omniflow.core.echo import EchoGate, EchoReference
+from omniflow.core.fusion_events import TranscriptEvent
+from omniflow.core.fusion_pipeline import PIPELINE_PARAMS, FusionConfig, FusionPipeline
+from omniflow.core.params import defaults
 from omniflow.core.resample import resample_int16
+from omniflow.core.text import edit_distance, words
 from omniflow.engines.aec import SpeexEchoCanceller
+from omniflow.engines.fusion_engines import ENGINE_PARAMS, fusion_engines_from_params
 from omniflow.engines.vad import NS_PER_SAMPLE, make_vad
 from omniflow.errors import EngineError
 
@@ -155,11 +167,59 @@ def run_case(
     return out
 
 
+def hear(mic: np.ndarray, played: np.ndarray | None) -> str:
+    """The finals the fusion node's audio path makes of ``mic`` (the robot playing
+    ``played``), joined; fresh engines each time, so no state crosses cases."""
+    params = {**defaults((*PIPELINE_PARAMS, *ENGINE_PARAMS)), "vision.rate_hz": 0.0}
+    pipeline = FusionPipeline(FusionConfig.from_params(params), fusion_engines_from_params(params))
+    block = 320
+    finals: list[str] = []
+    chunks = len(mic) // CHUNK
+    for i in range(chunks):
+        stamp = T0_NS + i * CHUNK * NS_PER_SAMPLE
+        for j in range(i * CHUNK // block, (i + 1) * CHUNK // block):
+            piece = None if played is None else played[j * block : (j + 1) * block]
+            if piece is not None and len(piece) == block and np.any(piece):
+                pipeline.push_played(T0_NS + j * block * NS_PER_SAMPLE, piece)
+        end = stamp + CHUNK * NS_PER_SAMPLE
+        events = pipeline.step(end, audio=[(stamp, mic[i * CHUNK : (i + 1) * CHUNK])])
+        finals += [e.text for e in events if isinstance(e, TranscriptEvent) and e.final]
+    deadline = time.monotonic() + 60.0
+    while (pipeline.finals_due or pipeline.speaking) and time.monotonic() < deadline:
+        end += CHUNK * NS_PER_SAMPLE  # silence after the session, at its pace in stream time
+        events = pipeline.step(
+            end, audio=[(end - CHUNK * NS_PER_SAMPLE, np.zeros(CHUNK, np.int16))]
+        )
+        finals += [e.text for e in events if isinstance(e, TranscriptEvent) and e.final]
+        time.sleep(0.02)
+    return " ".join(t for t in finals if t)
+
+
+def hearing(heard: list[str]) -> dict[str, Any]:
+    """Word error rate over every room, and the rooms whose transcript begins with "stop"."""
+    said = words(USER_TEXT)
+    errors = sum(edit_distance(said, words(text)) for text in heard)
+    return {
+        "word_error_rate": round(errors / (len(said) * len(heard)), 3),
+        "stop_heard": f"{sum(1 for t in heard if words(t)[:1] == ['stop'])}/{len(heard)}",
+        "transcripts": heard,
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rooms", type=int, default=16, help="synthetic rooms (seeds)")
     parser.add_argument(
         "--min-speech-ms", type=float, default=MIN_SPEECH_MS, help="the VAD's vad.min_speech_ms"
+    )
+    parser.add_argument(
+        "--hear", action="store_true", help="also recognise the user's words (Whisper tiny.en)"
+    )
+    parser.add_argument(
+        "--stop-after-ms",
+        type=float,
+        default=300.0,
+        help="with --hear: the robot falls silent this long after the user's onset",
     )
     parser.add_argument("--json", type=Path, help="also write the JSON here")
     args = parser.parse_args()
@@ -184,6 +244,7 @@ def main() -> int:
         for c in candidates
     }
     rooms = []
+    heard: dict[str, list[str]] = {"user": [], "double": []}
     for seed in range(args.rooms):
         rng = np.random.default_rng(seed)
         ir, room = room_response(rng)
@@ -219,6 +280,12 @@ def main() -> int:
             row["double_detected"].append(r["detected"])
             row["double_delay"].append(r["delay_ms"])
             row["costs"].extend(r["costs"])
+        if args.hear:
+            cut = played.copy()
+            cut[int((USER_START_S + user_on + args.stop_after_ms / 1000) * RATE) :] = 0
+            cut_echo = np.convolve(cut.astype(np.float64), ir)[:length]
+            heard["user"].append(hear(pcm(talk + noise), None))
+            heard["double"].append(hear(pcm(cut_echo + talk + noise), cut))
 
     candidates = {}
     for name, row in rows.items():
@@ -240,6 +307,12 @@ def main() -> int:
         "rooms": rooms,
         "candidates": candidates,
     }
+    if args.hear:
+        result["hearing"] = {
+            "said": USER_TEXT,
+            "stop_after_ms": args.stop_after_ms,
+            **{case: hearing(texts) for case, texts in heard.items()},
+        }
     write_result(result, args.json)
     return 0
 
