@@ -373,11 +373,11 @@ _LEARN_UP = 0.5
 _LEARN_DOWN = 0.05
 # A band heard more than this above what its gain predicts is not taken for a louder echo
 # path at once: a chunk the echo dominates overall can hold the user's voice in a few bands
-# (the "s" of "Stop" lies above 4 kHz, where the robot's vowels are quiet), and learning that
-# as echo raised the gain there 25 dB in two chunks and hid the first 120 ms of
-# the user's voice (the bundled session) (the
-# gain comes down at _LEARN_DOWN). Such a band climbs at most _SLOW_CLIMB a chunk, so a path
-# that really got that much louder is still learnt, over a second or so.
+# (the "s" of "Stop" lies above 4 kHz, where the robot's vowels are quiet). Learnt as echo, it
+# raised the gain there 25 dB in two chunks, and since the gain comes down at _LEARN_DOWN, the
+# user's next 120 ms were taken for echo (the bundled session). Such a band climbs at most
+# _SLOW_CLIMB a chunk, so a path that really got that much louder is still learnt, over a
+# second or so.
 _PLAUSIBLE_RISE = math.log(10.0)  # 10 dB, in log power
 _SLOW_CLIMB = math.log(10.0) / 20  # 0.5 dB
 

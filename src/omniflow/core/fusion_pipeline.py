@@ -683,7 +683,7 @@ class FusionPipeline:
         late = lateness > self._usual_lateness() + self.config.echo_wait_ns
         # A backlog comes in a burst, faster than the stream's pace; a link that got slower
         # brings late chunks at the usual pace, with nothing queued behind them.
-        burst = self._now_ns - self._last_arrival_ns < _end_ns(0, samples) // 2
+        burst = self._now_ns - self._last_arrival_ns < len(samples) * NS_PER_SAMPLE // 2
         if late and (burst or not self._last_late):
             self._late_arrival_ns = self._now_ns
         self._last_arrival_ns, self._last_late = self._now_ns, late
