@@ -64,6 +64,7 @@ from omniflow.errors import EngineError
 
 RATE = 16_000
 CHUNK = 640
+PLAYED_BLOCK = 320  # the speech node's 20 ms blocks
 T0_NS = 1_000_000_000_000  # stream time of the first sample
 ROBOT_TEXT = (
     "The red box on the table is a parcel for the kitchen. I can carry it there "
@@ -127,6 +128,20 @@ def make_stage(name: str, reference: EchoReference):
     return None
 
 
+def played_blocks(played: np.ndarray | None, chunk: int) -> list[tuple[int, np.ndarray]]:
+    """(stamp, samples) of the speech node's 20 ms blocks of ``played`` that go out while
+    microphone chunk ``chunk`` is heard (silence is not published)."""
+    if played is None:
+        return []
+    per_chunk = CHUNK // PLAYED_BLOCK
+    blocks = []
+    for j in range(chunk * per_chunk, (chunk + 1) * per_chunk):
+        piece = played[j * PLAYED_BLOCK : (j + 1) * PLAYED_BLOCK]
+        if len(piece) == PLAYED_BLOCK and np.any(piece):
+            blocks.append((T0_NS + j * PLAYED_BLOCK * NS_PER_SAMPLE, piece))
+    return blocks
+
+
 def run_case(
     stage_name: str,
     mic: np.ndarray,
@@ -140,15 +155,11 @@ def run_case(
     vad = make_vad("webrtc", min_silence_ms=400.0, min_speech_ms=min_speech_ms)
     starts: list[float] = []  # seconds from the stream start at which a START is confirmed
     costs: list[int] = []
-    block = 320  # the speech node's 20 ms blocks
     for i in range(len(mic) // CHUNK):
         stamp = T0_NS + i * CHUNK * NS_PER_SAMPLE
         end = stamp + CHUNK * NS_PER_SAMPLE
-        if played is not None:  # every block played by now is in the reference
-            for j in range(i * CHUNK // block, (i + 1) * CHUNK // block):
-                piece = played[j * block : (j + 1) * block]
-                if len(piece) == block and np.any(piece):
-                    reference.add(T0_NS + j * block * NS_PER_SAMPLE, piece)
+        for block_stamp, piece in played_blocks(played, i):  # every block played by now
+            reference.add(block_stamp, piece)
         chunk = mic[i * CHUNK : (i + 1) * CHUNK]
         if stage is not None:
             t0 = time.perf_counter_ns()
@@ -172,15 +183,12 @@ def hear(mic: np.ndarray, played: np.ndarray | None) -> str:
     ``played``), joined; fresh engines each time, so no state crosses cases."""
     params = {**defaults((*PIPELINE_PARAMS, *ENGINE_PARAMS)), "vision.rate_hz": 0.0}
     pipeline = FusionPipeline(FusionConfig.from_params(params), fusion_engines_from_params(params))
-    block = 320
     finals: list[str] = []
     chunks = len(mic) // CHUNK
     for i in range(chunks):
         stamp = T0_NS + i * CHUNK * NS_PER_SAMPLE
-        for j in range(i * CHUNK // block, (i + 1) * CHUNK // block):
-            piece = None if played is None else played[j * block : (j + 1) * block]
-            if piece is not None and len(piece) == block and np.any(piece):
-                pipeline.push_played(T0_NS + j * block * NS_PER_SAMPLE, piece)
+        for block_stamp, piece in played_blocks(played, i):
+            pipeline.push_played(block_stamp, piece)
         end = stamp + CHUNK * NS_PER_SAMPLE
         events = pipeline.step(end, audio=[(stamp, mic[i * CHUNK : (i + 1) * CHUNK])])
         finals += [e.text for e in events if isinstance(e, TranscriptEvent) and e.final]

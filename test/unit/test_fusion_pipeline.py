@@ -477,21 +477,14 @@ def test_chunks_do_not_wait_when_the_robot_is_silent():
     assert engines.echo.gate.seen == [mic]
 
 
-def on_time(pipeline: FusionPipeline, count: int) -> int:
-    """``count`` chunks from T0, each arriving at its end (the robot silent); the next stamp."""
-    for k in range(count):
-        mic = T0 + k * CHUNK_NS
-        pipeline.step(mic + CHUNK_NS, audio=[(mic, chunk(QUIET, k))])
-    return T0 + count * CHUNK_NS
-
-
 def test_chunks_of_a_burst_while_the_robot_was_silent_wait_for_the_answer_queued_behind():
     """The node was kept from its callbacks for 800 ms while the robot was silent, and an
     answer began meanwhile: its microphone chunks come in a burst, all before the played
     blocks (one subscription's queue drained first). Each waits for them, the chunks before
     the answer too (nothing can tell them apart yet)."""
     pipeline, engines = make(echo=True)
-    stamp = on_time(pipeline, 10)
+    feed(pipeline, [QUIET] * 10)  # on time, the robot silent
+    stamp = T0 + 10 * CHUNK_NS
     mics = [stamp + k * CHUNK_NS for k in range(4)]
     now = mics[-1] + CHUNK_NS + 800 * NS_PER_MS
     for k, mic in enumerate(mics):
@@ -505,7 +498,8 @@ def test_chunks_of_a_burst_while_the_robot_was_silent_wait_for_the_answer_queued
 
 def test_a_burst_of_chunks_with_nothing_behind_them_waits_the_echo_wait_once():
     pipeline, engines = make(echo=True)
-    stamp = on_time(pipeline, 10)
+    feed(pipeline, [QUIET] * 10)  # on time, the robot silent
+    stamp = T0 + 10 * CHUNK_NS
     now = stamp + CHUNK_NS + 800 * NS_PER_MS
     for k in range(3):
         pipeline.step(now + 2 * k * NS_PER_MS, audio=[(stamp + k * CHUNK_NS, chunk(QUIET))])
@@ -519,7 +513,8 @@ def test_a_link_that_got_slower_holds_no_chunk_after_the_first_late_one():
     """Chunks that come late at the stream's pace (a network microphone slowed down) have
     nothing queued behind them: only the first waits, for the echo wait."""
     pipeline, engines = make(echo=True)
-    stamp = on_time(pipeline, 10)
+    feed(pipeline, [QUIET] * 10)  # on time, the robot silent
+    stamp = T0 + 10 * CHUNK_NS
     slower = 200 * NS_PER_MS
     through = []
     for k in range(5):
