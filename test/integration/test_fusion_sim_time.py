@@ -216,6 +216,7 @@ def test_fusion_runs_in_sim_time_from_a_bag_and_survives_the_loop(ros_node, tmp_
             )
             final = next(m for m in first if m.is_final)
             assert final.text.strip()
+            assert final.words and all(0.0 < w.confidence <= 1.0 for w in final.words)  # Whisper's
             assert stamped_by(ns_from_time(final.header.stamp), first_sim_ns)
             for stamp in (
                 final.start,

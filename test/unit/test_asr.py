@@ -86,7 +86,7 @@ def test_commands_are_recognised_exactly_with_the_grammar(
 ) -> None:
     result, _ = recognise(commands_recognizer, phrases[text])
     assert result.text == text
-    assert [w for w, _, _ in result.words] == text.split()
+    assert [w.text for w in result.words] == text.split()
     assert 0.0 <= result.confidence <= 1.0
 
 
@@ -118,7 +118,7 @@ def test_word_times_are_in_stream_time_and_ordered(
     result, _ = recognise(commands_recognizer, samples)
     end_ns = START_NS + len(samples) * NS_PER_SAMPLE
     previous = START_NS
-    for _, start, end in result.words:
+    for _, start, end, _ in result.words:
         assert previous <= start < end <= end_ns
         previous = end
     # 0.3 s of silence was put before the speech
@@ -132,7 +132,8 @@ def test_open_vocabulary_gives_some_text(second_pass: bool) -> None:
     assert rate == 16_000
     assert result.text.strip()
     assert partials
-    assert all(not w.startswith(("<", "[")) and "(" not in w for w, _, _ in result.words)
+    assert all(not w.startswith(("<", "[")) and "(" not in w for w, *_ in result.words)
+    assert all(0.0 <= w.confidence <= 1.0 for w in result.words)  # each word's posterior
 
 
 def test_an_utterance_of_silence_gives_empty_text(

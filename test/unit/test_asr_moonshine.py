@@ -51,11 +51,11 @@ def test_hello_is_heard_word_for_word_with_times_inside_the_speech(rec) -> None:
     _, result = stream(rec, samples)
     assert words(result.text) == words("Hello robot! What is this red box?")
     assert 0.0 < result.confidence <= 1.0
-    assert [w for w, _, _ in result.words] == result.text.split()
-    starts = [a for _, a, _ in result.words]
+    assert [w.text for w in result.words] == result.text.split()
+    starts = [w.start_ns for w in result.words]
     assert starts == sorted(starts)
     end_ns = START_NS + len(samples) * 1_000_000_000 // 16000
-    for _, a, b in result.words:
+    for _, a, b, _ in result.words:
         assert START_NS <= a < b <= end_ns
 
 

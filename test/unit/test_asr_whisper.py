@@ -83,8 +83,9 @@ def test_noisy_speech_is_recognised_word_for_word(
 ) -> None:
     _, result = stream(whisper, noisy[text])
     assert words(result.text) == text.split()
-    assert words(" ".join(w for w, _, _ in result.words)) == text.split()
+    assert words(" ".join(w.text for w in result.words)) == text.split()
     assert 0.0 < result.confidence <= 1.0
+    assert all(0.0 < w.confidence <= 1.0 for w in result.words)  # Whisper's, word by word
 
 
 def test_open_speech_has_most_words_right(
@@ -103,11 +104,11 @@ def test_the_sample_sentence_and_its_word_times_in_stream_time(whisper: WhisperR
     assert words(result.text) == "hello robot what is this red box".split()
     end_ns = START_NS + len(samples) * NS_PER_SAMPLE
     previous = START_NS
-    for _, start, end in result.words:
+    for _, start, end, _ in result.words:
         assert previous <= start <= end <= end_ns
         previous = start
     # "what" comes after the pause between the two sentences (about 1.7 s in)
-    what = next(start for w, start, _ in result.words if words(w) == ["what"])
+    what = next(w.start_ns for w in result.words if words(w.text) == ["what"])
     assert what - START_NS == pytest.approx(1_750_000_000, abs=400_000_000)
 
 
@@ -156,7 +157,7 @@ def test_end_returns_at_once_and_poll_final_hands_over_each_final_in_order(
     assert [words(r.text) for r in results] == [first.split(), second.split()]
     assert whisper.poll_final() is None
     for result, start in zip(results, starts, strict=True):
-        assert all(start <= s <= e < start + 5_000_000_000 for _, s, e in result.words)
+        assert all(start <= s <= e < start + 5_000_000_000 for _, s, e, _ in result.words)
 
 
 def test_pocketsphinx_has_the_same_non_blocking_path(noisy: dict[str, np.ndarray]) -> None:

@@ -1,16 +1,19 @@
-"""Tier 1 tests of the fusion node's intake functions (omniflow.ros.fusion_messages): frame
-checks without copies, the conversion to RGB (cv_bridge or the codec), the size bound and the
-loss counter. Messages are built without rclpy.init."""
+"""Tier 1 tests of the fusion node's message functions (omniflow.ros.fusion_messages): frame
+checks without copies, the conversion to RGB (cv_bridge or the codec), the size bound, the
+loss counter, and the transcript it publishes. Messages are built without rclpy.init."""
 
 from __future__ import annotations
+
+import math
 
 import cv2
 import numpy as np
 import pytest
 from sensor_msgs.msg import Image
 
+from omniflow.core.fusion_events import TranscriptEvent
 from omniflow.ros import fusion_messages as messages
-from omniflow.ros.conversions import image
+from omniflow.ros.conversions import image, ns_from_time
 
 RNG = np.random.default_rng(12)
 RGB = RNG.integers(0, 256, size=(48, 64, 3), dtype=np.uint8)
@@ -148,3 +151,26 @@ def test_an_rmw_without_sequence_numbers_counts_nothing() -> None:
     gaps = messages.SequenceGaps()
     infos = [{"publication_sequence_number": None}, {}, {"publication_sequence_number": None}]
     assert [gaps.missing(info) for info in infos] == [0, 0, 0]
+
+
+def test_a_final_transcript_carries_each_words_times_and_confidence() -> None:
+    event = TranscriptEvent(
+        utterance_id=3,
+        stamp_ns=9_000_000_000,
+        start_ns=7_000_000_000,
+        end_ns=8_500_000_000,
+        text="Stop now.",
+        final=True,
+        confidence=0.8,
+        words=(
+            ("Stop", 7_100_000_000, 7_400_000_000, 0.93),
+            ("now.", 7_500_000_000, 8_000_000_000, math.nan),
+        ),
+    )
+    msg = messages.transcript_msg(event)
+    assert msg.is_final and msg.utterance_id == 3 and msg.text == "Stop now."
+    first, second = msg.words
+    assert first.word == "Stop" and ns_from_time(first.start) == 7_100_000_000
+    assert ns_from_time(first.end) == 7_400_000_000
+    assert first.confidence == pytest.approx(0.93)
+    assert math.isnan(second.confidence)  # the engine gave none for it

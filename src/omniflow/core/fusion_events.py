@@ -60,7 +60,8 @@ class TranscriptEvent:
 
     ``stamp_ns`` is when the pipeline produced it (the caller's ``now_ns``); ``start_ns`` and
     ``end_ns`` the utterance's span as heard so far; ``words`` the final's
-    ``(word, start_ns, end_ns)`` where the recogniser gives them.
+    ``(word, start_ns, end_ns, confidence)`` where the recogniser gives them (the confidence
+    NaN when it gives none per word).
     """
 
     utterance_id: int
@@ -70,7 +71,7 @@ class TranscriptEvent:
     text: str
     final: bool
     confidence: float = math.nan
-    words: tuple[tuple[str, int, int], ...] = ()
+    words: tuple[tuple[str, int, int, float], ...] = ()
 
 
 @dataclass(frozen=True)

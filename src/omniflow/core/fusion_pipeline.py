@@ -991,7 +991,7 @@ class FusionPipeline:
                     result.text,
                     True,
                     float(result.confidence),
-                    tuple((w, s, e) for w, s, e in result.words),
+                    tuple(result.words),
                 )
             )
 

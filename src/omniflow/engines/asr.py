@@ -74,7 +74,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -105,8 +105,16 @@ ASR_ENGINES = ("moonshine", "pocketsphinx", "whisper")
 #: How a prompt reaches Whisper (faster-whisper's ``transcribe`` arguments).
 WHISPER_PROMPTS = ("hotwords", "initial_prompt")
 
-#: A recognised word with its start and end in stream time (ns).
-Word = tuple[str, int, int]
+
+class Word(NamedTuple):
+    """A recognised word, its start and end in stream time, and how sure the recogniser is
+    of it (0..1; NaN when the engine gives no per-word figure)."""
+
+    text: str
+    start_ns: int
+    end_ns: int
+    confidence: float = math.nan
+
 
 # A pause before this much voiced audio starts no full decode: it is nearly always a stop
 # inside the first word (the bundled session's "What" came as a 0.28 s fragment), and in the
@@ -277,7 +285,8 @@ class PocketsphinxRecognizer(Recognizer):
         return text
 
     def finish(self) -> RecognitionResult:
-        """Decode the tail and return text, posterior confidence and word times."""
+        """Decode the tail and return text, posterior confidence and the words with their
+        times and posteriors."""
         if not self._active:
             raise EngineError("finish() outside an utterance: call start() first")
         self._end_utt()
@@ -292,11 +301,13 @@ class PocketsphinxRecognizer(Recognizer):
             word = seg.word
             if word.startswith(("<", "[")):  # <s>, </s>, <sil>, [NOISE]: not words
                 continue
+            posterior = float(seg.prob)
             words.append(
-                (
+                Word(
                     _VARIANT.sub("", word),
                     self._start_ns + seg.start_frame * self._frame_ns,
                     self._start_ns + (seg.end_frame + 1) * self._frame_ns,
+                    posterior if 0.0 <= posterior <= 1.0 else math.nan,
                 )
             )
         return RecognitionResult(hyp.hypstr, confidence, words)
@@ -758,7 +769,10 @@ class StreamingRecognizer(Recognizer):
         if job.result is None:
             raise EngineError(f"the {self._name} recognizer was closed before the decode ended")
         result = job.result
-        words = [(w, start_ns + a, start_ns + b) for w, a, b in result.words]
+        words = [
+            w._replace(start_ns=start_ns + w.start_ns, end_ns=start_ns + w.end_ns)
+            for w in result.words
+        ]
         return RecognitionResult(result.text, result.confidence, words)
 
 
@@ -878,25 +892,29 @@ class WhisperRecognizer(StreamingRecognizer):
                 **({prompt_as: prompt} if prompt else {}),
             )
             texts: list[str] = []
-            words: list[tuple[str, float, float]] = []
+            words: list[Word] = []
             logprobs: list[float] = []
             for seg in segments:  # lazy: the decoding happens while iterating
                 texts.append(seg.text.strip())
                 logprobs.append(seg.avg_logprob)
+                # Times relative to the snapshot (start() adds the stream time); the word's
+                # probability is the mean of its tokens'.
                 words += [
-                    (w.word.strip(), w.start, w.end) for w in seg.words or () if w.word.strip()
+                    Word(
+                        w.word.strip(),
+                        int(w.start * NS_PER_S),
+                        int(w.end * NS_PER_S),
+                        w.probability,
+                    )
+                    for w in seg.words or ()
+                    if w.word.strip()
                 ]
             confidence = math.exp(float(np.mean(logprobs))) if logprobs else math.nan
             # A decoder loop at the end (most often an echo of the prompt) is not heard.
             tokens = " ".join(t for t in texts if t).split()
             tokens = tokens[: loop_cut(tokens, prompt)]
-            words = words[: loop_cut([w for w, _, _ in words], prompt)]
-            # Word times are relative to the snapshot; start() adds the stream time.
-            return RecognitionResult(
-                " ".join(tokens),
-                confidence,
-                [(w, int(a * NS_PER_S), int(b * NS_PER_S)) for w, a, b in words],
-            )
+            words = words[: loop_cut([w.text for w in words], prompt)]
+            return RecognitionResult(" ".join(tokens), confidence, words)
 
         return decode
 

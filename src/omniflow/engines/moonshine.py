@@ -37,7 +37,7 @@ import numpy as np
 
 from omniflow.core.text import loop_cut
 from omniflow.core.timing import NS_PER_S, SAMPLE_RATE
-from omniflow.engines.asr import DecodeJob, RecognitionResult, StreamingRecognizer
+from omniflow.engines.asr import DecodeJob, RecognitionResult, StreamingRecognizer, Word
 from omniflow.engines.ort_format import int8_onnx_file
 from omniflow.errors import ConfigError, EngineError
 
@@ -224,22 +224,22 @@ def voiced_span(samples: np.ndarray) -> tuple[int, int]:
     return int(voiced[0]) * _FRAME, int(voiced[-1] + 1) * _FRAME
 
 
-def spread_words(words: list[str], start: int, end: int) -> list[tuple[str, int, int]]:
+def spread_words(words: list[str], start: int, end: int) -> list[Word]:
     """``words`` laid over samples ``start``..``end``, each in proportion to its letters
-    (and one for the gap after it), as (word, start ns, end ns) from the first sample.
+    (and one for the gap after it), in ns from the first sample; no per-word confidence.
 
-    >>> spread_words(["What", "is", "this?"], 0, 16000)
+    >>> [(w.text, w.start_ns, w.end_ns) for w in spread_words(["What", "is", "this?"], 0, 16000)]
     [('What', 0, 357142857), ('is', 357142857, 571428571), ('this?', 571428571, 1000000000)]
     """
     weights = [len(w) + 1 for w in words]
     total = sum(weights)
-    out: list[tuple[str, int, int]] = []
+    out: list[Word] = []
     done = 0
     for word, weight in zip(words, weights, strict=True):
         a = start + (end - start) * done / total
         done += weight
         b = start + (end - start) * done / total
-        out.append((word, int(a * NS_PER_S / SAMPLE_RATE), int(b * NS_PER_S / SAMPLE_RATE)))
+        out.append(Word(word, int(a * NS_PER_S / SAMPLE_RATE), int(b * NS_PER_S / SAMPLE_RATE)))
     return out
 
 

@@ -304,8 +304,8 @@ def voice_activity_msg(event: VoiceActivityEvent) -> VoiceActivity:
 
 def transcript_msg(event: TranscriptEvent) -> Transcript:
     words = [
-        TranscriptWord(word=w, start=time_from_ns(s), end=time_from_ns(e), confidence=float("nan"))
-        for w, s, e in event.words
+        TranscriptWord(word=w, start=time_from_ns(s), end=time_from_ns(e), confidence=float(c))
+        for w, s, e, c in event.words
     ]
     return Transcript(
         header=header(event.stamp_ns, "microphone"),
