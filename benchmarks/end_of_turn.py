@@ -19,21 +19,32 @@ cached, the user's line evaluated), median and p90, in one run. Prints JSON; ``-
 PATH`` also writes it::
 
     .venv/bin/python benchmarks/end_of_turn.py --json build/bench/end_of_turn.json
+
+``--heard`` measures instead what the recogniser makes of the same sentences said alone
+(espeak-ng, ``VOICES``, clean and with white noise at 20 and 10 dB SNR, 300 ms of silence
+before and 400 ms after, as the fusion node feeds a final; Whisper tiny.en with the node's
+defaults): the words heard, the confidence of the last one, and how many sentences of each
+kind ``end_of_turn.unsure_word`` holds as guessed (Whisper closes a fragment with a word of
+its own, "I would like the" as "I would like that.").
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import threading
 import time
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 from _common import summary, write_result
+from echo import speak
 
 from omniflow.core.end_of_turn import END_OF_TURN_PARAMS, EndOfTurnPolicy, without_closing_stop
 from omniflow.core.params import defaults
 from omniflow.core.prompt import Prompt
+from omniflow.engines.asr import WhisperRecognizer
 from omniflow.engines.llm import LLM_PARAMS, make_backend
 from omniflow.engines.model_worker import llm_values, warm_up
 
@@ -69,6 +80,71 @@ UNFINISHED = (
 )
 
 
+VOICES = ("en-us", "en-gb", "en-us+f3", "en-gb-x-rp", "en-us+m3")
+SNRS_DB = (None, 20.0, 10.0)  # None: clean (a -60 dBFS floor)
+RATE = 16_000
+
+
+def heard(policy: EndOfTurnPolicy) -> dict:
+    """Each sentence said in each voice and noise, recognised: the last word's confidence
+    and whether the policy takes it for a guess."""
+    recognizer = WhisperRecognizer()
+    rows = []
+    try:
+        for finished, texts in ((True, FINISHED), (False, UNFINISHED)):
+            for n, text in enumerate(texts):
+                for v, voice in enumerate(VOICES):
+                    speech = speak(text, voice).astype(np.float64)
+                    rms = np.sqrt(np.mean(speech**2))
+                    for snr_db in SNRS_DB:
+                        rng = np.random.default_rng([n, v, int(snr_db or 0), finished])
+                        audio = np.concatenate(
+                            [np.zeros(RATE * 3 // 10), speech, np.zeros(RATE * 4 // 10)]
+                        )
+                        scale = 32.0 if snr_db is None else rms / 10 ** (snr_db / 20)
+                        audio += rng.standard_normal(len(audio)) * scale
+                        pcm = np.clip(np.round(audio), -32768, 32767).astype(np.int16)
+                        result = recognizer.decode_once(pcm)
+                        last = float(result.words[-1].confidence) if result.words else math.nan
+                        rows.append(
+                            {
+                                "text": text,
+                                "finished": finished,
+                                "voice": voice,
+                                "snr_db": snr_db,
+                                "heard": result.text,
+                                "last_word_confidence": round(last, 3),
+                                "guessed": bool(policy.guessed(last)),
+                            }
+                        )
+                        print(
+                            f"{'finished  ' if finished else 'unfinished'} {voice:11} "
+                            f"{snr_db or '-':>5} last {last:.3f}"
+                            f"{' guessed' if rows[-1]['guessed'] else '        '} "
+                            f"{text!r} -> {result.text!r}"
+                        )
+    finally:
+        recognizer.close()
+
+    def of(finished: bool) -> dict:
+        kind = [r for r in rows if r["finished"] is finished]
+        return {
+            "sentences": len(kind),
+            "held_as_guessed": sum(r["guessed"] for r in kind),
+            "last_word_confidence": summary(
+                [r["last_word_confidence"] for r in kind], 3, figures=("min", "median")
+            ),
+            "guessed": [f"{r['text']!r} -> {r['heard']!r}" for r in kind if r["guessed"]],
+        }
+
+    return {
+        "unsure_word": policy.unsure_word,
+        "finished": of(True),
+        "unfinished": of(False),
+        "rows": rows,
+    }
+
+
 def final_score(backend, system: str, text: str, partials: int) -> tuple[float, float]:
     """(probability, seconds of the final score) for ``text`` after ``partials`` partial
     transcripts, the first words one more each, evaluated ahead as the node does."""
@@ -87,12 +163,18 @@ def final_score(backend, system: str, text: str, partials: int) -> tuple[float, 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--threshold", type=float, help="instead of end_of_turn.threshold")
+    parser.add_argument(
+        "--heard", action="store_true", help="the recogniser's last words instead (no model)"
+    )
     parser.add_argument("--json", type=Path, help="also write the JSON here")
     args = parser.parse_args()
     params = defaults(LLM_PARAMS)
     policy = EndOfTurnPolicy.from_params(defaults(END_OF_TURN_PARAMS))
     if args.threshold is not None:
         policy = replace(policy, threshold=args.threshold)
+    if args.heard:
+        write_result(heard(policy), args.json)
+        return
     system = str(params["llm.system_prompt"])
     backend = make_backend(llm_values(params))
     backend.load()

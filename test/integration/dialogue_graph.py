@@ -9,7 +9,14 @@ from lifecycle_msgs.msg import State as LifecycleStateMsg
 from std_msgs.msg import String
 
 from omniflow.action import Converse
-from omniflow.msg import DialogueState, ResponseChunk, SpeechState, Transcript, VoiceActivity
+from omniflow.msg import (
+    DialogueState,
+    ResponseChunk,
+    SpeechState,
+    Transcript,
+    TranscriptWord,
+    VoiceActivity,
+)
 from omniflow.ros import conversions
 from omniflow.ros.monitor import TopicRecorder
 from omniflow.ros.qos import EVENTS, LATCHED, STATE_CHANGES
@@ -157,13 +164,30 @@ class Graph:
         )
 
     def final_transcript(
-        self, utterance_id: int, text: str, start_ns: int | None = None, end_ns: int | None = None
+        self,
+        utterance_id: int,
+        text: str,
+        start_ns: int | None = None,
+        end_ns: int | None = None,
+        confidences: tuple[float, ...] = (),
     ) -> None:
         """Publish the final transcript of an utterance (default: one that just ended, 1 s
-        long)."""
+        long); ``confidences``: the recogniser's for each word, given as words spread
+        over the utterance (none: no words, as Moonshine)."""
         now_ns = self.node.get_clock().now().nanoseconds
         end_ns = now_ns if end_ns is None else end_ns
         start_ns = end_ns - 10**9 if start_ns is None else start_ns
+        texts = text.split() if confidences else []
+        step = (end_ns - start_ns) // max(len(texts), 1)
+        words = [
+            TranscriptWord(
+                word=w,
+                start=conversions.time_from_ns(start_ns + i * step),
+                end=conversions.time_from_ns(start_ns + (i + 1) * step),
+                confidence=c,
+            )
+            for i, (w, c) in enumerate(zip(texts, confidences, strict=True))
+        ]
         self.transcript.publish(
             Transcript(
                 header=conversions.header(now_ns, "microphone"),
@@ -173,6 +197,7 @@ class Graph:
                 text=text,
                 confidence=0.9,
                 is_final=True,
+                words=words,
             )
         )
 

@@ -161,6 +161,35 @@ def test_a_pause_is_counted_as_far_as_a_fusion_node_running_behind_has_heard(gra
     assert said[0].utterance_id == 2
 
 
+def test_a_guessed_last_word_holds_the_turn_for_the_rest_of_the_sentence(graph):
+    """ "I would like the" heard as "I would like that." with "that." a guess (0.09): a
+    finished sentence to the model, so without the recogniser's word confidences the
+    robot answered 0.2 s into the pause; with them the turn waits, and the user's "red cup
+    please." 0.6 s later makes one turn."""
+    origin_ns = graph.node.get_clock().now().nanoseconds
+
+    def at(stream_s: float) -> int:
+        return origin_ns + int(stream_s * 1e9)
+
+    def until(stream_s: float) -> None:  # the stream heard up to here, at its pace
+        time.sleep(max(0.0, (at(stream_s) - graph.node.get_clock().now().nanoseconds) / 1e9))
+
+    graph.voice_event(VoiceActivity.START, 1, at(0.0), at(0.0))
+    until(1.0)
+    graph.voice_event(VoiceActivity.END, 1, at(1.0), at(0.0))
+    graph.final_transcript(1, "I would like that.", at(0.0), at(1.0), (0.9, 0.95, 0.99, 0.09))
+    for stream_s in (1.2, 1.3, 1.4, 1.5, 1.6):  # 0.6 s of pause, heard as it passes
+        until(stream_s)
+        graph.voice_event(VoiceActivity.SILENCE, 0, at(stream_s))
+    assert not graph.said.messages, "an answer started inside the pause"
+    graph.voice_event(VoiceActivity.START, 2, at(1.6), at(1.6))
+    until(2.4)
+    graph.voice_event(VoiceActivity.END, 2, at(2.4), at(1.6))
+    graph.final_transcript(2, "red cup please.", at(1.6), at(2.4), (0.9, 0.9, 0.9))
+    said = graph.said.wait_for(1, timeout=ANSWER_TIMEOUT_S)
+    assert said[0].text == "I would like that red cup please.", graph.dialogue.output()[-2000:]
+
+
 def test_an_answer_started_in_the_pause_is_published_only_once_the_turn_starts(
     ros_node, start_node
 ):

@@ -84,8 +84,12 @@ def test_a_final_is_scored_without_its_closing_full_stop():
 
 
 def test_the_policy_is_read_from_its_parameters():
-    values = {**defaults(END_OF_TURN_PARAMS), "end_of_turn.long_wait_ms": 800}
-    assert EndOfTurnPolicy.from_params(values) == replace(POLICY, long_wait_s=0.8)
+    values = {
+        **defaults(END_OF_TURN_PARAMS),
+        "end_of_turn.long_wait_ms": 800,
+        "end_of_turn.unsure_word": 0.2,
+    }
+    assert EndOfTurnPolicy.from_params(values) == replace(POLICY, long_wait_s=0.8, unsure_word=0.2)
 
 
 @pytest.mark.parametrize(
@@ -94,6 +98,7 @@ def test_the_policy_is_read_from_its_parameters():
         ("threshold", 1.5, "threshold"),
         ("threshold", -0.1, "threshold"),
         ("long_wait_s", -1, "wait"),
+        ("unsure_word", 1.2, "unsure_word"),
     ],
 )
 def test_an_impossible_policy_is_refused(field, value, message):
@@ -196,6 +201,53 @@ def test_words_that_trail_off_get_the_long_wait_even_when_the_model_scores_them_
     assert dm.voice_start(2, 0.09, 1.7) == []  # the user goes on: same turn
     actions = dm.transcript(2, "the shelf.", True, 2.6, speech_end=2.4)
     assert actions == [ScoreTurn(2, "Please vote no the shelf")]
+
+
+def test_a_guessed_last_word_gets_the_long_wait_even_when_the_model_scores_it_complete():
+    # "I would like the" heard as "I would like that." (that: 0.11): a sentence to the
+    # model, a word the recogniser made up to close the voice that stopped.
+    dm = manager()
+    dm.voice_start(1, 0.09, 0.0)
+    dm.transcript(1, "I would like that.", True, 1.25, speech_end=1.0, last_word_confidence=0.11)
+    assert dm.turn_score(1, COMPLETE, 1.3) == [AwaitTurnEnd(1, COMPLETE, 1.0)]
+    assert dm.tick(1.6) == []  # in the pause: no answer
+    assert dm.voice_start(2, 0.09, 1.7) == []  # the user goes on: same turn
+    actions = dm.transcript(2, "red cup please.", True, 2.6, 2.4, last_word_confidence=0.9)
+    assert actions == [ScoreTurn(2, "I would like that red cup please")]
+    assert of(dm.turn_score(2, COMPLETE, 2.65), StartTurn)  # sure of "please.": at once
+
+
+@pytest.mark.parametrize(
+    ("confidence", "wait_s"),
+    [
+        (0.11, 1.0),  # a guess
+        (0.15, 0.2),  # the bound itself is sure enough
+        (0.25, 0.2),  # "stop" alone scores 0.2-0.3
+        (math.nan, 0.2),  # no confidence given (Moonshine): never held
+    ],
+)
+def test_the_wait_follows_how_sure_the_recogniser_is_of_the_last_word(confidence, wait_s):
+    dm = manager()
+    dm.voice_start(1, 0.09, 0.0)
+    dm.transcript(1, "What is this?", True, 1.05, speech_end=1.0, last_word_confidence=confidence)
+    assert dm.turn_score(1, COMPLETE, 1.06) == [AwaitTurnEnd(1, COMPLETE, wait_s)]
+    assert dm.tick(1.0 + wait_s - 0.01) == []
+    assert of(dm.tick(1.0 + wait_s + 0.01), StartTurn)
+
+
+def test_a_guessed_word_is_not_answered_ahead():
+    dm = manager(answer_ahead=True)
+    dm.voice_start(1, 0.09, 0.0)
+    dm.transcript(1, "Show me that.", True, 1.05, speech_end=1.0, last_word_confidence=0.13)
+    actions = dm.turn_score(1, COMPLETE, 1.06)
+    assert actions == [AwaitTurnEnd(1, COMPLETE, 1.0)]  # no AnswerAhead
+
+
+def test_an_unsure_word_bound_of_zero_holds_no_guess():
+    dm = manager(unsure_word=0.0)
+    dm.voice_start(1, 0.09, 0.0)
+    dm.transcript(1, "I would like that.", True, 1.05, speech_end=1.0, last_word_confidence=0.01)
+    assert dm.turn_score(1, COMPLETE, 1.06) == [AwaitTurnEnd(1, COMPLETE, 0.2)]
 
 
 def test_an_unfinished_sentence_waits_and_the_user_going_on_makes_one_turn():

@@ -57,6 +57,7 @@ beside the text that goes into messages; :class:`DialogueStats` counts the actio
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -389,6 +390,7 @@ class _Pending:
     text: str  # the final's own words (the carry is added when the turn starts)
     speech_end: float
     deadline: float
+    last_word_confidence: float  # the recogniser's, of the final's last word (NaN: none)
     scored: bool = False
 
 
@@ -570,10 +572,12 @@ class DialogueManager:
         final: bool,
         now: float,
         speech_end: float | None = None,
+        last_word_confidence: float = math.nan,
     ) -> list[Action]:
         """A partial or final transcript of the user's utterance; ``speech_end`` is when the
         speech ended (the final's end stamp; default ``now``), from which the end-of-turn
-        wait counts."""
+        wait counts; ``last_word_confidence``: the recogniser's confidence in the final's
+        last word (NaN: it gave none), a guess gets the long wait."""
         self._heard_at = now
         text = " ".join(text.split())
         listening_to_user = self.state in (State.USER_SPEAKING, State.INTERRUPTED, State.LISTENING)
@@ -597,10 +601,15 @@ class DialogueManager:
             if text and self.state == State.SPEAKING:
                 self._held = (utterance_id, text)  # barge-in off: answer it afterwards
             return []
-        return self._tentative_end(utterance_id, text, now, speech_end)
+        return self._tentative_end(utterance_id, text, now, speech_end, last_word_confidence)
 
     def _tentative_end(
-        self, utterance_id: int, text: str, now: float, speech_end: float | None
+        self,
+        utterance_id: int,
+        text: str,
+        now: float,
+        speech_end: float | None,
+        last_word_confidence: float,
     ) -> list[Action]:
         """A final heard while listening to the user: ask whether it ends the turn, or
         start the turn at once (end-of-turn waits off, a stop request, nothing said)."""
@@ -623,7 +632,7 @@ class DialogueManager:
         if heard >= end + longest:  # a final slower than any wait: nothing left to wait for
             return self._user_turn(utterance_id, text, now)
         # Until the score arrives, the longest wait holds (a lost score cannot wedge it).
-        self._pending = _Pending(utterance_id, text, end, end + longest)
+        self._pending = _Pending(utterance_id, text, end, end + longest, last_word_confidence)
         actions: list[Action] = [ScoreTurn(utterance_id, without_closing_stop(full))]
         if self.state == State.LISTENING:  # its start was not heard: the user is speaking
             self._utterance = utterance_id
@@ -637,13 +646,13 @@ class DialogueManager:
         if pending is None or pending.utterance_id != utterance_id or pending.scored:
             return []  # the user went on meanwhile, or a stale answer
         pending.scored = True
-        wait_s = self.end_of_turn.wait_s(probability, pending.text)
+        wait_s = self.end_of_turn.wait_s(probability, pending.text, pending.last_word_confidence)
         pending.deadline = pending.speech_end + wait_s
         started = self._pause_over(now)
         if started:
             return started
         actions: list[Action] = [AwaitTurnEnd(utterance_id, probability, wait_s)]
-        if self.end_of_turn.answers_ahead(probability, pending.text):
+        if self.end_of_turn.answers_ahead(probability, pending.text, pending.last_word_confidence):
             self._ahead = True
             actions.append(AnswerAhead(utterance_id, self._with_carry(pending.text)))
         return actions

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable
 
@@ -233,7 +234,10 @@ class DialogueNode(LifecycleBase):
             with self._lock:
                 self._do.final(msg)
         end = conversions.ns_from_time(msg.end) / NS_PER_S if msg.is_final else None
-        self._feed(lambda m, now: m.transcript(msg.utterance_id, msg.text, msg.is_final, now, end))
+        sure = float(msg.words[-1].confidence) if msg.words else math.nan
+        self._feed(
+            lambda m, now: m.transcript(msg.utterance_id, msg.text, msg.is_final, now, end, sure)
+        )
 
     def _on_speech(self, msg: SpeechState) -> None:
         self._feed(lambda m, now: m.speech(msg.speaking, msg.turn_id, now))
