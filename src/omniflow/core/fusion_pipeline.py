@@ -696,13 +696,15 @@ class FusionPipeline:
     def push_frame(self, stamp_ns: int, rgb: np.ndarray) -> None:
         """An RGB frame; only the newest one offered before an encode is encoded (and the
         one nearest a speech onset, from the onset ring)."""
+        ring = self._raw_frames
+        last = self._last_frame_ns
+        if last is not None and stamp_ns < last:  # a loop: the old frames are another timeline
+            ring.clear()
+            self._encoded.clear()  # the same stamps again are new frames, to be encoded
         self._frame = (stamp_ns, rgb)
         self._last_frame_ns = stamp_ns
-        ring = self._raw_frames
         if self.config.onset_ring_ns <= 0:
             return
-        if ring and stamp_ns < ring[-1][0]:  # a loop: the old frames are another timeline
-            ring.clear()
         ring.append((stamp_ns, rgb))
         while ring[0][0] < stamp_ns - self.config.onset_ring_ns:
             ring.popleft()
