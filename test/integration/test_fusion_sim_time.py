@@ -225,21 +225,31 @@ def test_fusion_runs_in_sim_time_from_a_bag_and_survives_the_loop(ros_node, tmp_
                 *(w.end for w in final.words),
             ):
                 assert in_sim_time(ns_from_time(stamp), loop_s), stamp
-            record = associations.wait_for(1, timeout=15)[0]
+
+            # The utterance is decided twice, at its onset and by its words: a frame lost or
+            # late on a loaded machine can leave one of them without candidates.
+            def paired(m: Association) -> bool:
+                return m.utterance_id == final.utterance_id and bool(m.candidates)
+
+            records = associations.wait_until(
+                lambda ms: any(paired(m) for m in ms),
+                timeout=15,
+                what="frames paired with the first words",
+            )
+            record = next(m for m in records if paired(m))
             assert ns_from_time(record.trigger.stamp) == ns_from_time(final.start)
             assert stamped_by(ns_from_time(record.header.stamp), first_sim_ns + 15 * _S)
-            assert record.candidates
             for candidate in record.candidates:
                 assert in_sim_time(ns_from_time(candidate.stamp), loop_s)
 
             play(pubs, messages, loops=1)  # the bag again: the clock jumps back
 
-            def second_pass(msg: Transcript) -> bool:  # the speech again, from the origin
+            def second_pass(msg: Transcript) -> bool:  # the first words again, from the origin
                 return (
                     msg.is_final
                     and msg.utterance_id > final.utterance_id
                     and msg.text.strip()
-                    and ns_from_time(msg.start) - SIM_ORIGIN_NS < 2 * _S
+                    and ns_from_time(msg.start) - SIM_ORIGIN_NS < _S  # the next starts at 1.7 s
                 )
 
             later, sim_ns = wait_ticking(
