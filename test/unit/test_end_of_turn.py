@@ -222,7 +222,7 @@ def test_a_guessed_last_word_gets_the_long_wait_even_when_the_model_scores_it_co
     [
         (0.11, 1.0),  # a guess
         (0.15, 0.2),  # the bound itself is sure enough
-        (0.25, 0.2),  # "stop" alone scores 0.2-0.3
+        (0.25, 0.2),  # "stop" alone: 0.25-0.67 (benchmarks/end_of_turn.py --heard)
         (math.nan, 0.2),  # no confidence given (Moonshine): never held
     ],
 )
