@@ -136,6 +136,14 @@ class Monitor:
     def wait_for_tone(self, timeout: float) -> bool:
         return _wait_until(lambda: len(self.loud_times()[0]) > 0, timeout)
 
+    def captured_until(self) -> float:
+        """The capture time just after the newest block recorded (0: none yet)."""
+        with self._lock:
+            if not self._blocks:
+                return 0.0
+            samples, at = self._blocks[-1]
+        return at + len(samples) / RATE
+
 
 def _wait_until(predicate: Callable[[], bool], timeout: float) -> bool:
     deadline = time.monotonic() + timeout
@@ -176,11 +184,16 @@ def test_tone_is_heard_with_dac_stamps_one_block_apart(
     assert sink.wait_idle(timeout=3.0)
     assert not sink.playing
     assert monitor.wait_for_tone(timeout=1.0), "the tone never reached the monitor"
-    time.sleep(0.2)  # let the monitor catch the tail
 
     calls = played.snapshot()
     np.testing.assert_array_equal(np.concatenate([c[0] for c in calls]), phrase)
     stamps = np.array([c[1] for c in calls])
+    # The monitor has recorded past the tail (a loaded machine reads it late: a CI run under
+    # load heard the tone 25 ms short after a fixed 0.2 s wait).
+    tail = stamps[-1] + BLOCK_S + 0.1
+    assert _wait_until(lambda: monitor.captured_until() > tail, 3.0), (
+        f"the monitor recorded up to {monitor.captured_until() - tail:+.3f} s from the tail"
+    )
     called = np.array([c[2] for c in calls])
     spacing = np.diff(stamps)
     assert np.all(spacing > BLOCK_S - JITTER_S), f"DAC stamps closer than one block: {spacing}"
@@ -228,7 +241,8 @@ def test_flush_silences_the_tone_within_a_block_plus_pulse_latency(
     flushed_at = time.monotonic()
     assert _wait_until(lambda: not sink.playing, timeout=1.0)
     silent_at = time.monotonic()
-    time.sleep(0.5)  # the monitor records the silence after the cut
+    # The monitor records the silence after the cut (read late on a loaded machine).
+    assert _wait_until(lambda: monitor.captured_until() > flushed_at + 0.5, 3.0)
 
     calls = played.snapshot()
     last_call = calls[-1][2] - flushed_at
