@@ -39,11 +39,12 @@ def manager(**changes) -> DialogueManager:
     return DialogueManager(end_of_turn=replace(POLICY, **changes))
 
 
-def heard(text: str, now: float, **changes) -> DialogueManager:
-    """A manager that heard the user say ``text`` (speech 0.0-1.0 s), its final at ``now``."""
+def heard(text: str, now: float, sure: float = math.nan, **changes) -> DialogueManager:
+    """A manager that heard the user say ``text`` (speech 0.0-1.0 s), its final at ``now``,
+    its last word recognised with confidence ``sure`` (NaN: none given)."""
     dm = manager(**changes)
     dm.voice_start(1, 0.09, 0.0)
-    dm.transcript(1, text, True, now, speech_end=1.0)
+    dm.transcript(1, text, True, now, speech_end=1.0, last_word_confidence=sure)
     return dm
 
 
@@ -206,9 +207,7 @@ def test_words_that_trail_off_get_the_long_wait_even_when_the_model_scores_them_
 def test_a_guessed_last_word_gets_the_long_wait_even_when_the_model_scores_it_complete():
     # "I would like the" heard as "I would like that." (that: 0.11): a sentence to the
     # model, a word the recogniser made up to close the voice that stopped.
-    dm = manager()
-    dm.voice_start(1, 0.09, 0.0)
-    dm.transcript(1, "I would like that.", True, 1.25, speech_end=1.0, last_word_confidence=0.11)
+    dm = heard("I would like that.", 1.25, 0.11)
     assert dm.turn_score(1, COMPLETE, 1.3) == [AwaitTurnEnd(1, COMPLETE, 1.0)]
     assert dm.tick(1.6) == []  # in the pause: no answer
     assert dm.voice_start(2, 0.09, 1.7) == []  # the user goes on: same turn
@@ -227,26 +226,20 @@ def test_a_guessed_last_word_gets_the_long_wait_even_when_the_model_scores_it_co
     ],
 )
 def test_the_wait_follows_how_sure_the_recogniser_is_of_the_last_word(confidence, wait_s):
-    dm = manager()
-    dm.voice_start(1, 0.09, 0.0)
-    dm.transcript(1, "What is this?", True, 1.05, speech_end=1.0, last_word_confidence=confidence)
+    dm = heard("What is this?", 1.05, confidence)
     assert dm.turn_score(1, COMPLETE, 1.06) == [AwaitTurnEnd(1, COMPLETE, wait_s)]
     assert dm.tick(1.0 + wait_s - 0.01) == []
     assert of(dm.tick(1.0 + wait_s + 0.01), StartTurn)
 
 
 def test_a_guessed_word_is_not_answered_ahead():
-    dm = manager(answer_ahead=True)
-    dm.voice_start(1, 0.09, 0.0)
-    dm.transcript(1, "Show me that.", True, 1.05, speech_end=1.0, last_word_confidence=0.13)
+    dm = heard("Show me that.", 1.05, 0.13, answer_ahead=True)
     actions = dm.turn_score(1, COMPLETE, 1.06)
     assert actions == [AwaitTurnEnd(1, COMPLETE, 1.0)]  # no AnswerAhead
 
 
 def test_an_unsure_word_bound_of_zero_holds_no_guess():
-    dm = manager(unsure_word=0.0)
-    dm.voice_start(1, 0.09, 0.0)
-    dm.transcript(1, "I would like that.", True, 1.05, speech_end=1.0, last_word_confidence=0.01)
+    dm = heard("I would like that.", 1.05, 0.01, unsure_word=0.0)
     assert dm.turn_score(1, COMPLETE, 1.06) == [AwaitTurnEnd(1, COMPLETE, 0.2)]
 
 
