@@ -860,6 +860,49 @@ def test_the_frame_nearest_the_onset_is_encoded_though_the_vision_rate_is_low(wo
     assert by_words.query == "" and by_words.chosen[0].stamp_ns == onset  # no object named
 
 
+def test_the_onset_frame_is_paired_though_a_backlog_of_audio_came_with_the_onset(words):
+    """A busy machine hands the pipeline 800 ms of audio at once, the speech onset inside it:
+    the frame nearest the onset is encoded after all of that audio, and still joins both of
+    the utterance's decisions (it was dropped as late, behind the newest audio token)."""
+    engines = FusionEngines(ScriptedVad(confirm=3), SayingRecognizer("hello"), LabelledVision())
+    engines.words = words
+    pipeline = FusionPipeline(config(vision_rate_hz=0.5), engines, clock=lambda: 0)
+    events, waiting = [], []
+    for i, level in enumerate([QUIET] * 30 + [LOUD] * 15 + [QUIET] * 15):
+        stamp = T0 + i * CHUNK_NS
+        waiting.append((stamp, chunk(level, i)))
+        if 28 <= i < 47:  # held up: handed over with chunk 47
+            audio = []
+        else:
+            audio, waiting = waiting, []
+        frame = (stamp, np.zeros((48, 64, 3), np.uint8)) if i % 2 == 0 else None
+        events += pipeline.step(stamp + CHUNK_NS, audio=audio, frame=frame)
+    onset = T0 + 30 * CHUNK_NS
+    assert pipeline.ring.stats.late_drops == 0
+    by_time, by_words = of(events, Decision)
+    assert by_time.chosen[0].stamp_ns == onset
+    assert by_words.chosen[0].stamp_ns == onset
+
+
+def test_the_onset_frame_of_a_camera_behind_is_the_one_of_the_onset_not_the_newest_then(words):
+    """Frames come 280 ms after the audio of their moment and the vision rate is low: the
+    frame encoded for the onset is the one taken at the onset, which comes after the START."""
+    engines = FusionEngines(ScriptedVad(confirm=3), SayingRecognizer("hello"), LabelledVision())
+    engines.words = words
+    pipeline = FusionPipeline(config(vision_rate_hz=0.5), engines, clock=lambda: 0)
+    lag = 7 * CHUNK_NS
+    events = []
+    for i, level in enumerate([QUIET] * 30 + [LOUD] * 15 + [QUIET] * 15):
+        stamp = T0 + i * CHUNK_NS
+        frame = (stamp - lag, np.zeros((48, 64, 3), np.uint8)) if stamp - lag >= T0 else None
+        events += pipeline.step(stamp + CHUNK_NS, audio=[(stamp, chunk(level, i))], frame=frame)
+    onset = T0 + 30 * CHUNK_NS
+    assert onset in engines.vision.stamps
+    by_time, by_words = of(events, Decision)
+    assert by_time.chosen[0].stamp_ns == onset
+    assert by_words.chosen[0].stamp_ns == onset
+
+
 def test_without_the_onset_ring_a_low_vision_rate_leaves_the_window_empty(words):
     engines = FusionEngines(ScriptedVad(confirm=3), SayingRecognizer("hello"), LabelledVision())
     pipeline = FusionPipeline(config(vision_rate_hz=0.5, onset_ring_ns=0), engines, clock=lambda: 0)

@@ -90,6 +90,25 @@ def test_a_token_later_than_the_tolerance_is_dropped_with_a_reason():
     assert stamps(ring) == [T0 + 500 * MS]
 
 
+def test_each_stream_is_late_against_its_own_newest_token_not_another_streams():
+    """A frame's token comes after the audio of its moment (a backlog of audio handed over
+    at once): it is late only against the newest frame's token."""
+    ring = TokenRing(capacity=32, reorder_tolerance_ns=100 * MS, reset_jump_ns=1000 * MS)
+    ring.insert(tok(T0, Modality.VISION, code=1))
+    for i in range(20):  # 800 ms of audio
+        ring.insert(tok(T0 + i * 40 * MS))
+    assert ring.insert(tok(T0 + 40 * MS, Modality.VISION, code=2)) is not None  # 720 ms behind
+    assert ring.stats.late_drops == 0 and ring.stats.resets == 0
+    assert [t.code for t in ring.query(T0, T0 + 50 * MS, Modality.VISION)] == [1, 2]
+    assert ring.insert(tok(T0 + 40 * MS - 101 * MS, Modality.VISION)) is None
+    assert ring.stats.late_drops == 1
+    assert "101.0 ms behind the newest vision token" in ring.stats.last_drop_reason
+    assert ring.newest_seen_ns == T0 + 19 * 40 * MS
+    ring.insert(tok(T0 - 1200 * MS, Modality.VISION))  # the camera's clock jumped back
+    assert ring.stats.resets == 1 and len(ring) == 1
+    assert "newest vision" in ring.stats.last_reset_reason
+
+
 def test_a_backwards_clock_jump_resets_the_ring_and_is_reported():
     ring = TokenRing(capacity=8, reorder_tolerance_ns=100 * MS, reset_jump_ns=1000 * MS)
     for i in range(4):
@@ -252,15 +271,16 @@ class ReferenceRing:
     def __init__(self, capacity: int, tolerance: int, jump: int) -> None:
         self.capacity, self.tolerance, self.jump = capacity, tolerance, jump
         self.items: list[tuple[int, int, int, int]] = []  # (stamp, id, modality, code)
-        self.newest: int | None = None
+        self.newest: dict[int, int] = {}  # per modality
 
-    def accepts(self, stamp: int) -> bool:
+    def accepts(self, stamp: int, modality: int) -> bool:
         """Apply reset / late / full rules; True if the token will be held."""
-        if self.newest is not None:
-            if self.newest - stamp > self.jump:
+        newest = self.newest.get(modality)
+        if newest is not None:
+            if newest - stamp > self.jump:
                 self.items.clear()
-                self.newest = None
-            elif self.newest - stamp > self.tolerance:
+                self.newest.clear()
+            elif newest - stamp > self.tolerance:
                 return False
         if len(self.items) == self.capacity:
             if stamp < self.items[0][0]:
@@ -271,7 +291,7 @@ class ReferenceRing:
     def add(self, stamp: int, token_id: int, modality: int, code: int) -> None:
         self.items.append((stamp, token_id, modality, code))
         self.items.sort(key=lambda item: (item[0], item[1]))  # ties: arrival (= id) order
-        self.newest = stamp if self.newest is None else max(self.newest, stamp)
+        self.newest[modality] = max(self.newest.get(modality, stamp), stamp)
 
 
 OPS = st.lists(
@@ -305,12 +325,12 @@ def test_ring_matches_a_brute_force_reference(capacity, ops):
         if op[0] == "insert":
             _, delta, modality, code = op
             stamp = clock + delta
-            held = ref.accepts(stamp)
+            held = ref.accepts(stamp, int(modality))
             token_id = ring.insert(Token(stamp, modality, code))
             assert (token_id is not None) == held
             if held:
                 ref.add(stamp, token_id, int(modality), code)
-                clock = ref.newest  # stream time follows the newest token (also after a reset)
+                clock = max(ref.newest.values())  # the newest token (after a reset too)
         elif op[0] == "retire":
             if ref.items:
                 victim = ref.items.pop(op[1] % len(ref.items))

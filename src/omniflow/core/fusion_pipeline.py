@@ -52,7 +52,9 @@ Association, in two steps per utterance (the words come after the onset):
 
 - at the speech START the onset is a trigger without words; the frame nearest the onset is
   encoded even when the vision rate is low (the newest ``onset_ring_ns`` of raw frames are
-  kept for it), and when the window has closed the frame nearest the onset is chosen;
+  kept for it; from a camera behind the microphone, once a frame of the onset or later has
+  come, waiting at most ``MAX_FRAME_LAG_NS``), and when the window has closed the frame
+  nearest the onset is chosen;
 - when the final transcript is in, the same onset is asked again with the transcript's
   :class:`~omniflow.core.lexicon.Query` (``engines.words`` makes it): a named object is
   looked for ``look_back_ns`` back, "this" resolves to what the hand points at, and the
@@ -147,8 +149,9 @@ MAX_TURN_YIELD_NS = 2 * NS_PER_S
 # the microphone (a busy machine delivers frames late); further behind, or no camera: it is
 # decided when the window has closed on the audio's clock.
 MAX_FRAME_LAG_NS = 500 * NS_PER_MS
-# A vision token may arrive this far behind the newest token (the onset frame is encoded
-# after the VAD confirmed the start, up to ~0.3 s later).
+# A token may arrive this far behind the newest of its stream (the vision stage's jitter), and
+# at least as far as the onset ring reaches back (the onset frame is encoded once the VAD has
+# confirmed the start, up to ~0.3 s later, and after a backlog of audio handed over at once).
 REORDER_NS = 500 * NS_PER_MS
 # Utterances remembered between their START and their final (a lost final is forgotten).
 MAX_OPEN_UTTERANCES = 8
@@ -571,9 +574,14 @@ class FusionPipeline:
         self.engines = engines
         self.stats = stats if stats is not None else FusionStats()
         self._clock = clock
+        # The frame nearest an onset comes from the onset ring, up to onset_ring_ns behind
+        # the newest frame: its token may be that late. The stream going back by more than
+        # RESTART_NS resets the ring here (_restart) before the ring would see it.
+        tolerance_ns = max(REORDER_NS, config.onset_ring_ns)
         self.ring = TokenRing(
             config.ring_capacity,
-            reorder_tolerance_ns=REORDER_NS,
+            reorder_tolerance_ns=tolerance_ns,
+            reset_jump_ns=tolerance_ns + RESTART_NS,
             max_future_ns=config.max_future_ns,
         )
         # Speech and sight meet in the word space: a START asks by time only, the final
@@ -816,7 +824,7 @@ class FusionPipeline:
         vad, asr = self.engines.vad, self.engines.recognizer
         end_ns = _end_ns(stamp_ns, samples)
         if stamp_ns < self._last_audio_end_ns - RESTART_NS:
-            self._restart()
+            self._restart(self._last_audio_end_ns - stamp_ns)
         self._last_audio_end_ns = end_ns
         samples = self._remove_echo(samples, stamp_ns)
         if self.engines.denoise is not None:
@@ -849,10 +857,11 @@ class FusionPipeline:
         if vad.is_speech and end_ns - self._speech_start_ns > self.config.max_utterance_ns:
             self._cut_utterance(end_ns)
 
-    def _restart(self) -> None:
-        """The stream went back in time (a loop, a restarted source): end the speech (its
-        final comes as for any other utterance) and forget the detector, preroll and echo
-        state."""
+    def _restart(self, back_ns: int) -> None:
+        """The stream went back ``back_ns`` in time (a loop, a restarted source): end the
+        speech (its final comes as for any other utterance), start the token ring afresh and
+        forget the detector, preroll and echo state."""
+        self.ring.reset(f"clock jumped back {back_ns / NS_PER_MS:.1f} ms (the audio stream)")
         if self.engines.vad.is_speech:
             self.stats.speech_ends += 1
             self._activity_event(Activity.END, self._last_audio_end_ns)
@@ -1054,6 +1063,10 @@ class FusionPipeline:
             return
         onsets, self._onsets_due = self._onsets_due, []
         for onset_ns in onsets:
+            last = self._last_frame_ns
+            if (last is None or last < onset_ns) and self._now_ns - onset_ns <= MAX_FRAME_LAG_NS:
+                self._onsets_due.append(onset_ns)  # the camera is behind: its frame is to come
+                continue
             near = min(self._raw_frames, default=None, key=lambda f: abs(f[0] - onset_ns))
             if near is not None and near[0] not in self._encoded:
                 self._encode_frame(vision, *near)

@@ -15,14 +15,21 @@ the property tests:
 - a token is either held (active), or was evicted, retired, dropped or rejected, and each of
   those is counted in :attr:`TokenRing.stats` with the last reason.
 
-Arrival rules, against the newest stamp accepted since the last reset:
+Arrival rules, against the newest stamp of the token's own stream (modality) accepted since
+the last reset. Each stream is judged by itself because the streams reach the ring through
+stages of different latency: a frame's token comes after the audio of the same moment (the
+frame nearest a speech onset is encoded once the detector has confirmed the start, and a busy
+machine hands over a backlog of audio in one go), so against the newest audio token a frame
+on time for its own stream would look late:
 
 - in order: appended at the newest end, O(1);
 - up to ``reorder_tolerance_ns`` behind: inserted at its place in stamp order, shifting the
-  newer tokens by one slot (O(k), k = tokens inside the tolerance: a handful at 25 + 15 Hz);
+  newer tokens by one slot (O(k), k = the newer tokens of every stream: a few dozen at most,
+  one numpy move per column);
 - more than that behind: dropped and counted (``late_drops``), with the reason;
 - more than ``reset_jump_ns`` behind: the stream's clock jumped back (a looping bag, a
-  restarted source): everything is dropped, ``resets`` counted, and the token starts afresh;
+  restarted source): everything is dropped (every stream's tokens: the streams share one
+  timeline), ``resets`` counted, and the token starts afresh;
 - when full, the oldest token is evicted (``evicted``); a token that would itself be the
   oldest of a full ring is the one that leaves.
 
@@ -79,6 +86,11 @@ class Resolution(IntEnum):
 
 _MODALITIES: tuple[Modality, ...] = tuple(Modality)
 _RESOLUTIONS: tuple[Resolution, ...] = tuple(Resolution)
+
+
+def _name(modality: int) -> str:
+    """A modality's name in a reason ("vision")."""
+    return _MODALITIES[modality].name.lower()
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,11 +202,12 @@ class TokenRing:
     ) -> None:
         """Allocate the storage once.
 
-        ``reorder_tolerance_ns``: how far behind the newest stamp a token may arrive and
-        still be inserted in order (cover the slowest encoder's latency). ``reset_jump_ns``:
-        a token further behind than this means the clock jumped back; must exceed the
-        tolerance. ``max_future_ns``: with ``insert(token, now_ns=...)``, tokens stamped
-        further ahead of ``now_ns`` are rejected (None: no check).
+        ``reorder_tolerance_ns``: how far behind the newest stamp of its own modality a token
+        may arrive and still be inserted in order (cover the encoder's jitter).
+        ``reset_jump_ns``: a token further behind its modality's newest than this means the
+        clock jumped back; must exceed the tolerance. ``max_future_ns``: with
+        ``insert(token, now_ns=...)``, tokens stamped further ahead of ``now_ns`` are rejected
+        (None: no check).
         """
         if not _is_int(capacity) or capacity < 1:
             raise ConfigError(f"capacity must be a positive integer, got {capacity!r}")
@@ -233,7 +246,7 @@ class TokenRing:
         self._rows: list[Token | None] = [None] * n
         self._head = 0
         self._count = 0
-        self._newest_seen: int | None = None
+        self._newest_seen: list[int | None] = [None] * len(_MODALITIES)  # per modality
         self._next_id = 1
         self.stats = RingStats()
 
@@ -245,7 +258,7 @@ class TokenRing:
 
     @property
     def reorder_tolerance_ns(self) -> int:
-        """How far behind the newest stamp a token may still arrive."""
+        """How far behind the newest stamp of its modality a token may still arrive."""
         return self._tolerance
 
     def __len__(self) -> int:
@@ -265,8 +278,9 @@ class TokenRing:
 
     @property
     def newest_seen_ns(self) -> int | None:
-        """The newest stamp accepted since the last reset (late arrivals are judged by it)."""
-        return self._newest_seen
+        """The newest stamp accepted since the last reset, of any modality (a late arrival
+        is judged by its own modality's newest)."""
+        return max((s for s in self._newest_seen if s is not None), default=None)
 
     def occupancy(self) -> dict[str, int]:
         """Held tokens per modality and per resolution, and free slots (for diagnostics)."""
@@ -293,19 +307,20 @@ class TokenRing:
             raise ValueError(f"token rejected: {problem}")
         stamp = int(token.stamp_ns)
         stats = self.stats
-        if self._newest_seen is not None:
-            behind = self._newest_seen - stamp
+        modality = int(token.modality)
+        newest = self._newest_seen[modality]
+        if newest is not None:
+            behind = newest - stamp
             if behind > self._reset_jump:
-                stats.resets += 1
-                stats.last_reset_reason = (
-                    f"clock jumped back {behind / NS_PER_MS:.1f} ms (newest {self._newest_seen}, "
-                    f"got {stamp}); {self._count} tokens dropped"
+                self.reset(
+                    f"clock jumped back {behind / NS_PER_MS:.1f} ms "
+                    f"(newest {_name(modality)} {newest}, got {stamp})"
                 )
-                self.clear()
+                newest = None
             elif behind > self._tolerance:
                 stats.late_drops += 1
                 stats.last_drop_reason = (
-                    f"late: {behind / NS_PER_MS:.1f} ms behind the newest token "
+                    f"late: {behind / NS_PER_MS:.1f} ms behind the newest {_name(modality)} token "
                     f"(tolerance {self._tolerance / NS_PER_MS:.1f} ms)"
                 )
                 return None
@@ -344,18 +359,25 @@ class TokenRing:
             ),
         )
         self._count = count + 1
-        if self._newest_seen is None or stamp > self._newest_seen:
-            self._newest_seen = stamp
+        if newest is None or stamp > newest:
+            self._newest_seen[modality] = stamp
         stats.inserted += 1
         return token_id
 
+    def reset(self, reason: str) -> None:
+        """Start a new timeline (the stream's clock went back): :meth:`clear`, counted in
+        ``stats.resets`` with ``reason``."""
+        self.stats.resets += 1
+        self.stats.last_reset_reason = f"{reason}; {self._count} tokens dropped"
+        self.clear()
+
     def clear(self) -> None:
-        """Drop every token (their ids are not reused) and forget the newest stamp seen."""
+        """Drop every token (their ids are not reused) and forget the newest stamps seen."""
         self._ids.fill(-1)
         self._rows[:] = [None] * self._capacity  # same length: the list is not reallocated
         self._head = 0
         self._count = 0
-        self._newest_seen = None
+        self._newest_seen[:] = [None] * len(_MODALITIES)
 
     # ----------------------------------------------------------------- queries
     def query(self, start_ns: int, end_ns: int, modality: Modality | None = None) -> list[Token]:
