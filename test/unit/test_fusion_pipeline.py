@@ -903,6 +903,22 @@ def test_the_onset_frame_of_a_camera_behind_is_the_one_of_the_onset_not_the_newe
     assert by_words.chosen[0].stamp_ns == onset
 
 
+def test_an_onset_waiting_for_a_camera_behind_is_forgotten_when_the_stream_loops(words):
+    """The stream goes back before the onset's frame came: the new pass's frame at that
+    stamp is not encoded for an onset of the old pass."""
+    engines = FusionEngines(ScriptedVad(confirm=3), SayingRecognizer("hello"), LabelledVision())
+    engines.words = words
+    pipeline = FusionPipeline(config(vision_rate_hz=0.5), engines, clock=lambda: 0)
+    lag = 7 * CHUNK_NS
+    levels = [QUIET] * 30 + [LOUD] * 4 + [QUIET] * 40  # the loop comes after chunk 33
+    for i, level in enumerate(levels):
+        stamp = T0 + (i if i < 34 else i - 34) * CHUNK_NS
+        frame = (stamp - lag, np.zeros((48, 64, 3), np.uint8)) if stamp - lag >= T0 else None
+        pipeline.step(stamp + CHUNK_NS, audio=[(stamp, chunk(level, i))], frame=frame)
+    # the first frame, at the vision rate; not the new pass's frame at the old onset (1.2 s)
+    assert engines.vision.stamps == [T0]
+
+
 def test_without_the_onset_ring_a_low_vision_rate_leaves_the_window_empty(words):
     engines = FusionEngines(ScriptedVad(confirm=3), SayingRecognizer("hello"), LabelledVision())
     pipeline = FusionPipeline(config(vision_rate_hz=0.5, onset_ring_ns=0), engines, clock=lambda: 0)

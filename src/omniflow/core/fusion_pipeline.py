@@ -860,8 +860,9 @@ class FusionPipeline:
     def _restart(self, back_ns: int) -> None:
         """The stream went back ``back_ns`` in time (a loop, a restarted source): end the
         speech (its final comes as for any other utterance), start the token ring afresh and
-        forget the detector, preroll and echo state."""
+        forget the detector, preroll, echo state and the onsets still waiting for a frame."""
         self.ring.reset(f"clock jumped back {back_ns / NS_PER_MS:.1f} ms (the audio stream)")
+        self._onsets_due.clear()
         if self.engines.vad.is_speech:
             self.stats.speech_ends += 1
             self._activity_event(Activity.END, self._last_audio_end_ns)
