@@ -39,6 +39,13 @@ FRAME_PUBLISHER_PROFILE = ("config", "fastdds", "large_frames.xml")
 # (config/fastdds/frame_receiver.xml).
 FRAME_RECEIVER_PROFILE = ("config", "fastdds", "frame_receiver.xml")
 DDS_PROFILE_VARIABLE = "FASTRTPS_DEFAULT_PROFILES_FILE"
+# The speech node runs with one glibc malloc arena instead of one per thread (up to eight a
+# core): with an arena per thread it kept touching a page of its synthesis worker's arena every
+# ten minutes or so for hours after its warm-up (0.04-0.05 MB/hour); with one it stays flat.
+# The dialogue grew faster with one arena than without, and the others are flat either way
+# (benchmarks/README.md, "Soak"). A value the user set is kept.
+MALLOC_ARENAS_VARIABLE = "MALLOC_ARENA_MAX"
+ONE_ARENA_NODES = ("speech",)
 
 # QoS kinds of omniflow.ros.qos, by name (this module stays free of rclpy).
 SENSOR_DATA, LATCHED, EVENTS = "sensor_data", "latched", "events"
@@ -267,8 +274,8 @@ def launch_nodes(
 ) -> list[LaunchNode]:
     """The nodes of a profile as launch actions need them: executable, parameter files (the
     profile's YAML, or ``params_file`` in its place), use_sim_time, respawn,
-    the camera's DDS profile (``camera_env``; default :func:`frame_publisher_env`) and the
-    fusion node's (:func:`frame_receiver_env`)."""
+    the camera's DDS profile (``camera_env``; default :func:`frame_publisher_env`), the
+    fusion node's (:func:`frame_receiver_env`) and the malloc arenas (:func:`node_env`)."""
     chosen = profile(profile_name)
     files = (params_file or os.path.join(share_dir, "config", chosen.params_file),)
     envs = {
@@ -283,7 +290,7 @@ def launch_nodes(
             use_sim_time=chosen.use_sim_time,
             respawn=True,
             respawn_delay=RESPAWN_DELAY_S,
-            env=envs.get(name, {}),
+            env=node_env(name, envs.get(name)),
             remappings=dict(chosen.remappings.get(name, {})),
         )
         for name in chosen.nodes
@@ -449,6 +456,15 @@ def base_arguments() -> tuple[LaunchArgument, ...]:
     )
 
 
+def node_env(name: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """A node process's environment beside the user's: ``extra`` (the DDS profiles), and one
+    malloc arena for the nodes of :data:`ONE_ARENA_NODES` unless the user chose a number."""
+    env = dict(extra or {})
+    if name in ONE_ARENA_NODES and MALLOC_ARENAS_VARIABLE not in os.environ:
+        env[MALLOC_ARENAS_VARIABLE] = "1"
+    return env
+
+
 def _dds_profile_env(share_dir: str, parts: tuple[str, ...]) -> dict[str, str]:
     if DDS_PROFILE_VARIABLE in os.environ:
         return {}
@@ -478,7 +494,7 @@ def graph_nodes(
 ) -> list[NodeSpec]:
     """The named nodes, with per-node parameter overrides and topic remappings by node name,
     and extra environment for the camera and fusion processes (see
-    :func:`frame_publisher_env`, :func:`frame_receiver_env`)."""
+    :func:`frame_publisher_env`, :func:`frame_receiver_env`) beside :func:`node_env`'s."""
     overrides = overrides or {}
     remappings = remappings or {}
     envs = {"camera": dict(camera_env or {}), "fusion": dict(fusion_env or {})}
@@ -489,7 +505,7 @@ def graph_nodes(
             parameters=dict(overrides.get(name, {})),
             namespace=namespace,
             log_level=log_level,
-            env=envs.get(name, {}),
+            env=node_env(name, envs.get(name)),
             remappings=dict(remappings.get(name, {})),
             enclave=enclave(name),
         )

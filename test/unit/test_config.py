@@ -91,6 +91,7 @@ def test_the_camera_gets_the_large_frames_dds_profile_unless_one_is_set(monkeypa
     env = frame_publisher_env("/opt/share/omniflow")
     assert env == {DDS_PROFILE_VARIABLE: "/opt/share/omniflow/config/fastdds/large_frames.xml"}
     specs = graph_nodes(camera_env=env)
-    assert [spec.env for spec in specs] == [{}, env, {}, {}, {}, {}]
+    assert [DDS_PROFILE_VARIABLE in spec.env for spec in specs] == [False, True, *[False] * 4]
+    assert specs[1].env == env
     monkeypatch.setenv(DDS_PROFILE_VARIABLE, "/mine.xml")
     assert frame_publisher_env("/opt/share/omniflow") == {}

@@ -15,8 +15,10 @@ from omniflow.graph import (
     CAPTURE_NODES,
     DDS_PROFILE_VARIABLE,
     GRAPH_NODES,
+    MALLOC_ARENAS_VARIABLE,
     PROFILES,
     TOPICS,
+    graph_nodes,
     launch_nodes,
     profile_nodes,
 )
@@ -65,16 +67,28 @@ def test_every_node_respawns_and_only_camera_and_fusion_get_dds_profiles(monkeyp
     described = {n.name: n for n in launch_nodes("pc", SHARE, camera_env=CAMERA_ENV)}
     assert all(n.respawn for n in described.values())
     assert all(n.respawn_delay > 0 for n in described.values())
-    assert described["camera"].env == CAMERA_ENV
-    assert described["fusion"].env == {
-        DDS_PROFILE_VARIABLE: f"{SHARE}/config/fastdds/frame_receiver.xml"
-    }
-    assert all(not n.env for name, n in described.items() if name not in ("camera", "fusion"))
+    profiles = {name: n.env.get(DDS_PROFILE_VARIABLE) for name, n in described.items()}
+    assert profiles.pop("camera") == CAMERA_ENV[DDS_PROFILE_VARIABLE]
+    assert profiles.pop("fusion") == f"{SHARE}/config/fastdds/frame_receiver.xml"
+    assert set(profiles.values()) == {None}
 
 
 def test_a_dds_profile_the_user_set_is_left_to_every_node(monkeypatch):
     monkeypatch.setenv(DDS_PROFILE_VARIABLE, "/home/me/fastdds.xml")
-    assert all(not n.env for n in launch_nodes("pi", SHARE))
+    assert all(DDS_PROFILE_VARIABLE not in n.env for n in launch_nodes("pi", SHARE))
+
+
+def test_the_speech_node_gets_one_malloc_arena_unless_the_user_chose(monkeypatch):
+    monkeypatch.delenv(MALLOC_ARENAS_VARIABLE, raising=False)
+    for nodes in (launch_nodes("pc", SHARE), graph_nodes()):  # launch files, omniflow run
+        arenas = {
+            n.name: n.env[MALLOC_ARENAS_VARIABLE]
+            for n in nodes
+            if n.env.get(MALLOC_ARENAS_VARIABLE)
+        }
+        assert arenas == {"speech": "1"}
+    monkeypatch.setenv(MALLOC_ARENAS_VARIABLE, "4")
+    assert all(MALLOC_ARENAS_VARIABLE not in n.env for n in launch_nodes("pc", SHARE))
 
 
 def test_the_camera_dds_profile_defaults_to_the_shared_file(monkeypatch):
@@ -223,12 +237,12 @@ def test_launch_node_actions_carry_respawn_sim_time_log_level_and_camera_env(mon
     }
     assert list(actions) == list(GRAPH_NODES)
     assert all(a["respawn"] for a in actions.values())
-    assert actions["camera"]["additional_env"] == {DDS_PROFILE_VARIABLE: "/x/mine.xml"}
-    assert actions["fusion"]["additional_env"] == {
-        DDS_PROFILE_VARIABLE: f"{ROOT}/config/fastdds/frame_receiver.xml"
-    }
-    others = [a for n, a in actions.items() if n not in ("camera", "fusion")]
-    assert all(a["additional_env"] is None for a in others)
+    env = {name: a["additional_env"] or {} for name, a in actions.items()}
+    assert env["camera"] == {DDS_PROFILE_VARIABLE: "/x/mine.xml"}
+    assert env["fusion"][DDS_PROFILE_VARIABLE] == f"{ROOT}/config/fastdds/frame_receiver.xml"
+    assert [n for n in GRAPH_NODES if DDS_PROFILE_VARIABLE in env[n]] == ["camera", "fusion"]
+    assert env["audio_capture"] == {}
+    assert env["speech"] == graph.node_env("speech")
     for name, action in actions.items():
         assert action["package"] == "omniflow" and action["executable"] == name
         assert action["namespace"] == "/r1"
