@@ -215,6 +215,22 @@ def say_at_once(response, text: str, turn_id: int = 1) -> None:
     )
 
 
+def spoken_to_the_end(states: list[DialogueState]) -> int | None:
+    """The first turn among ``states`` the robot spoke to the end (SPEAKING, then LISTENING
+    in the same turn with nothing between), or None. A spoken question can end its turn
+    early: a pause inside it ends the turn, the robot starts its answer, and the words after
+    the pause talk over it (a barge-in) and open the next turn, whose answer is the one given."""
+    speaking = None
+    for m in states:
+        if m.state == DialogueState.SPEAKING:
+            speaking = m.turn_id
+        elif m.state == DialogueState.LISTENING and m.turn_id == speaking:
+            return speaking
+        else:
+            speaking = None
+    return None
+
+
 def wait_into_answer(played: TopicRecorder, blocks: int = 10) -> None:
     """Wait until ``blocks`` more blocks of ``played_audio`` are played: where a test kills
     the speech node mid-answer. Killed within ms of its speaking state, the node can die

@@ -19,6 +19,7 @@ from dialogue_graph import (
     LONG_PROMPT,
     SLOW_SPEECH,
     dialogue_params,
+    spoken_to_the_end,
     wait_future,
 )
 from room import Room
@@ -93,21 +94,6 @@ class Conversation:
         assert handle.accepted
         return handle
 
-    def answer(self) -> tuple[int, str]:
-        """The turn the dialogue starts next (it thinks) and its whole streamed answer."""
-        turn = self.states.wait_until(
-            lambda ms: any(m.state == DialogueState.THINKING for m in ms),
-            timeout=30,
-            what="thinking",
-        )
-        turn_id = [m for m in turn if m.state == DialogueState.THINKING][-1].turn_id
-        self.chunks.wait_until(
-            lambda ms: any(c.turn_id == turn_id and c.is_final for c in ms),
-            timeout=ANSWER_TIMEOUT_S,
-            what="the whole answer",
-        )
-        return turn_id, "".join(c.text_delta for c in self.chunks.messages if c.turn_id == turn_id)
-
     def outputs(self) -> str:
         return "\n".join(
             f"--- {p.spec.name}\n{p.output()[-1500:]}"
@@ -127,17 +113,22 @@ def test_a_spoken_question_gets_a_streamed_spoken_answer(ros_node, start_node):
         )
         question = said[-1]
         assert question.text.strip()
-        turn_id, answer = talk.answer()
-        assert answer.strip()
+        states = talk.states.wait_until(
+            lambda ms: spoken_to_the_end(ms) is not None,
+            timeout=ANSWER_TIMEOUT_S,
+            what="an answer spoken to the end",
+        )
+        turn_id = spoken_to_the_end(states)
+        answer = talk.chunks.wait_until(
+            lambda ms: any(c.turn_id == turn_id and c.is_final for c in ms),
+            timeout=30,
+            what="the whole answer",
+        )
+        assert "".join(c.text_delta for c in answer if c.turn_id == turn_id).strip()
         talk.speech_states.wait_until(
             lambda ms: any(m.speaking and m.turn_id == turn_id for m in ms),
             timeout=30,
             what="the answer spoken",
-        )
-        talk.states.wait_until(
-            lambda ms: ms[-1].state == DialogueState.LISTENING,
-            timeout=ANSWER_TIMEOUT_S,
-            what="listening again",
         )
     except (TimeoutError, AssertionError) as err:
         raise AssertionError(f"{err}\n{talk.outputs()}") from err

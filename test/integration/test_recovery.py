@@ -29,7 +29,13 @@ from dataclasses import dataclass
 import pytest
 import rclpy
 from action_msgs.msg import GoalStatus
-from dialogue_graph import LONG_PROMPT, dialogue_params, wait_future, wait_into_answer
+from dialogue_graph import (
+    LONG_PROMPT,
+    dialogue_params,
+    spoken_to_the_end,
+    wait_future,
+    wait_into_answer,
+)
 from room import Room
 from std_msgs.msg import String
 
@@ -162,22 +168,24 @@ class Robot:
         """Ask; seconds from the end of the question to the first chunk of the answer and to
         its playback."""
         since = time.monotonic() + QUESTION_END_S
+        after = len(self.states.messages)
         heard = self.ask_until(DialogueState.THINKING, "the next question heard").turn_id
-        # The answer's turn can be a later one: a pause inside the question ends the turn
-        # tentatively, and the words after it ("the user went on speaking") open the next.
-        chunks = self.chunks.wait_until(
+        # The answer's turn can be a later one: a pause inside the question ends the turn,
+        # and the words after it open the next (spoken_to_the_end).
+        self.chunks.wait_until(
             lambda ms: any(c.turn_id >= heard for c in ms), ANSWER_TIMEOUT_S, "an answer"
         )
         answered = time.monotonic() - since
-        turn = next(c.turn_id for c in chunks if c.turn_id >= heard)
         self.speech_states.wait_until(
-            lambda ms: any(m.speaking and m.turn_id == turn for m in ms),
+            lambda ms: any(m.speaking and m.turn_id >= heard for m in ms),
             ANSWER_TIMEOUT_S,
             "the answer spoken",
         )
         spoken = time.monotonic() - since
-        self.speech_states.wait_until(
-            lambda ms: not ms[-1].speaking, ANSWER_TIMEOUT_S, "the answer played out"
+        self.states.wait_until(
+            lambda ms: spoken_to_the_end(ms[after:]) is not None,
+            ANSWER_TIMEOUT_S,
+            "an answer spoken to the end",
         )
         self.listening_now("listening after the answer")
         return answered, spoken
