@@ -7,7 +7,6 @@ import threading
 from collections.abc import Callable
 
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
-from rclpy.executors import MultiThreadedExecutor
 
 from omniflow.core.dialogue import (
     DIALOGUE_PARAMS,
@@ -27,6 +26,7 @@ from omniflow.ros import conversions
 from omniflow.ros.converse_server import CONVERSE_PARAMS, ConverseServer
 from omniflow.ros.dialogue_io import SPEECH_NODE, ContextInputs, DialogueOutputs
 from omniflow.ros.dialogue_turns import TurnActions
+from omniflow.ros.executors import QueuedOnceExecutor
 from omniflow.ros.lifecycle import AUTOSTART, CONFIGURE_ERRORS, Diagnosis, LifecycleBase
 from omniflow.ros.liveliness import LivelinessWatch
 from omniflow.ros.qos import EVENTS, STATE_CHANGES
@@ -301,7 +301,7 @@ class DialogueNode(LifecycleBase):
 
 def main(args: list[str] | None = None) -> int:
     """Run the dialogue node until shutdown (2: bad parameter)."""
-    return run_node(DialogueNode, args, executor_factory=lambda: MultiThreadedExecutor(4))
+    return run_node(DialogueNode, args, executor_factory=lambda: QueuedOnceExecutor(4))
 
 
 if __name__ == "__main__":
