@@ -94,6 +94,22 @@ class Conversation:
         assert handle.accepted
         return handle
 
+    def answer(self) -> tuple[int, str]:
+        """The first turn the robot spoke to the end (``spoken_to_the_end``) and its whole
+        streamed answer."""
+        states = self.states.wait_until(
+            lambda ms: spoken_to_the_end(ms) is not None,
+            timeout=ANSWER_TIMEOUT_S,
+            what="an answer spoken to the end",
+        )
+        turn_id = spoken_to_the_end(states)
+        chunks = self.chunks.wait_until(
+            lambda ms: any(c.turn_id == turn_id and c.is_final for c in ms),
+            timeout=30,
+            what="the whole answer",
+        )
+        return turn_id, "".join(c.text_delta for c in chunks if c.turn_id == turn_id)
+
     def outputs(self) -> str:
         return "\n".join(
             f"--- {p.spec.name}\n{p.output()[-1500:]}"
@@ -113,18 +129,8 @@ def test_a_spoken_question_gets_a_streamed_spoken_answer(ros_node, start_node):
         )
         question = said[-1]
         assert question.text.strip()
-        states = talk.states.wait_until(
-            lambda ms: spoken_to_the_end(ms) is not None,
-            timeout=ANSWER_TIMEOUT_S,
-            what="an answer spoken to the end",
-        )
-        turn_id = spoken_to_the_end(states)
-        answer = talk.chunks.wait_until(
-            lambda ms: any(c.turn_id == turn_id and c.is_final for c in ms),
-            timeout=30,
-            what="the whole answer",
-        )
-        assert "".join(c.text_delta for c in answer if c.turn_id == turn_id).strip()
+        turn_id, answer = talk.answer()
+        assert answer.strip()
         talk.speech_states.wait_until(
             lambda ms: any(m.speaking and m.turn_id == turn_id for m in ms),
             timeout=30,
