@@ -41,7 +41,9 @@ class QueuedOnceExecutor(MultiThreadedExecutor):
     run and is not finished (a coroutine waiting on a future), and a subscription's event
     handlers are not waited on while its message is queued to be taken. A callback's
     exception still reaches the spinning thread, as upstream. ``benchmarks/executor.py``
-    measures both against rclpy's executor.
+    measures both against rclpy's executor. It uses the executor's internals (its task list,
+    thread pool and futures) as rclpy 7.1 has them; ``test/integration/test_executors.py``
+    checks it against the pinned rclpy.
     """
 
     def __init__(self, *args, **kwargs) -> None:
