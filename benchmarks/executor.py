@@ -2,8 +2,8 @@
 """The dialogue node's executor against Jazzy's MultiThreadedExecutor, on the node's shape.
 
 A node like the dialogue node's inputs: one mutually exclusive callback group holding a
-camera subscription (sensor-data QoS, depth 5, 64x48 frames at 30/s, sent from another
-thread of this process) and a 50 ms timer, spun the way :func:`omniflow.ros.run._spin` spins
+camera subscription (sensor-data QoS, depth 5, 64x48 frames at 30/s, sent from a process of
+its own, as a camera driver's) and a 50 ms timer, spun the way :func:`omniflow.ros.run._spin` spins
 (``spin_once`` with a 0.1 s timeout) by four threads. Each executor runs ``--seconds``, one
 after the other in this process, over the same DDS: rclpy's ``MultiThreadedExecutor`` (the
 baseline) and :class:`omniflow.ros.executors.QueuedOnceExecutor`.
@@ -34,6 +34,7 @@ from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.executors import MultiThreadedExecutor
 from sensor_msgs.msg import Image
 
+from omniflow.ros.conversions import ns_from_time
 from omniflow.ros.executors import QueuedOnceExecutor
 from omniflow.ros.qos import SENSOR_DATA
 
@@ -41,10 +42,6 @@ FRAME_HZ = 30.0
 TICK_S = 0.05
 THREADS = 4
 _PIXELS = np.zeros((48, 64, 3), np.uint8).tobytes()
-
-
-def _ns(stamp) -> int:
-    return stamp.sec * 1_000_000_000 + stamp.nanosec
 
 
 def run(executor_type, seconds: float, context) -> dict:
@@ -56,12 +53,11 @@ def run(executor_type, seconds: float, context) -> dict:
     node.create_subscription(
         Image,
         topic,
-        lambda m: latencies_ms.append((time.time_ns() - _ns(m.header.stamp)) / 1e6),
+        lambda m: latencies_ms.append((time.time_ns() - ns_from_time(m.header.stamp)) / 1e6),
         SENSOR_DATA,
         callback_group=group,
     )
     node.create_timer(TICK_S, lambda: ticks.append(time.monotonic()), callback_group=group)
-    # Run in another process, as a camera driver is.
     executor = executor_type(THREADS, context=context)
     executor.add_node(node)
     halt = threading.Event()
