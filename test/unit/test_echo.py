@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import subprocess
 from pathlib import Path
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 
 from omniflow.core.echo import EchoGate, EchoReference
 from omniflow.core.resample import resample_int16
+from omniflow.core.room_sounds import pink_noise
 from omniflow.core.timing import NS_PER_SAMPLE
 from omniflow.engines.vad import make_vad
 from omniflow.errors import AudioFormatError, ConfigError
@@ -64,12 +66,13 @@ def pcm(x: np.ndarray) -> np.ndarray:
     return np.clip(np.round(x), -32768, 32767).astype(np.int16)
 
 
-def run(mic: np.ndarray, played: np.ndarray | None, **options):
+def run(mic: np.ndarray, played: np.ndarray | None, vad: dict | None = None, **options):
     """Feed ``mic`` chunk by chunk (the played blocks first, as the node does) through a gate
-    and the fusion node's VAD; return (gate results, VAD start times in s, gate)."""
+    and a webrtc VAD (``vad``: its options); return (gate results, VAD start times in s,
+    gate)."""
     reference = EchoReference(history_ms=2000)
     gate = EchoGate(reference, **options)
-    vad = make_vad("webrtc", min_silence_ms=400.0)
+    vad = make_vad("webrtc", **(vad or {"min_silence_ms": 400.0}))
     results, starts = [], []
     for i in range(len(mic) // CHUNK):
         stamp = T0 + i * CHUNK * NS_PER_SAMPLE
@@ -218,3 +221,70 @@ def test_bad_reference_blocks_are_refused(bad, why):
 def test_bad_options_are_refused_naming_the_allowed_range(option):
     with pytest.raises(ConfigError, match=next(iter(option))):
         EchoGate(EchoReference(), **option)
+
+
+def pink_room(played: np.ndarray, seed: int = 4) -> tuple[np.ndarray, np.ndarray]:
+    """(the microphone, the room's noise alone): steady pink noise at -40 dBFS, and the
+    played signal's echo (120 ms, -12 dB) over it."""
+    noise = pink_noise(len(played), np.random.default_rng(seed)) * 32768 * 10 ** (-40 / 20)
+    return pcm(noise + room(played, 120, gain_db=-12.0)), noise
+
+
+def octave_powers(chunks: list[np.ndarray]) -> np.ndarray:
+    """Mean power (dB) of the chunks in the octaves from 125 Hz to 8 kHz."""
+    spectra = np.mean([np.abs(np.fft.rfft(c.astype(np.float64))) ** 2 for c in chunks], axis=0)
+    hz = np.fft.rfftfreq(CHUNK, 1 / RATE)
+    edges = [125, 250, 500, 1000, 2000, 4000, 8001]
+    return np.array(
+        [
+            10 * np.log10(spectra[(hz >= lo) & (hz < hi)].sum())
+            for lo, hi in itertools.pairwise(edges)
+        ]
+    )
+
+
+def robot_in_a_pink_room(robot: np.ndarray) -> np.ndarray:
+    """What the speaker plays: 3 s of nothing, the robot's words, 3 s of nothing."""
+    silence = np.zeros(3 * RATE, np.int16)
+    return np.concatenate([silence, robot, silence])
+
+
+def test_echo_chunks_become_noise_with_the_rooms_spectrum_and_level(voices):
+    played = robot_in_a_pink_room(voices[0])
+    results, _, _ = run(pink_room(played)[0], played)
+    heard = [r.samples for r in results[: 3 * RATE // CHUNK]]
+    comfort = [r.samples for r in results if r.echo]
+    assert len(comfort) > 20
+    # White noise at the room's level was 8 dB off in an octave of this pink room.
+    assert np.abs(octave_powers(comfort) - octave_powers(heard)).max() < 2.0
+
+
+@pytest.mark.parametrize("seed", [3, 4, 5])
+def test_the_rooms_own_noise_around_the_robots_voice_starts_no_speech(voices, seed):
+    """A VAD gated by the noise floor, as the fusion node's is: quiet through the pink noise
+    alone, and through the robot's voice in it and the noise coming back after it (white
+    comfort noise started "speech" in one of these rooms, and in the graph the robot's
+    answers in 10 dB pink noise were cut short by it)."""
+    played = robot_in_a_pink_room(voices[0])
+    mic, noise = pink_room(played, seed)
+    vad = {"noise_margin_db": 6.0, "noise_history_s": 1.5, "min_silence_ms": 200.0}
+    assert run(pcm(noise), None, vad=vad)[1] == []
+    assert run(mic, None, vad=vad)[1], "the echo must look like speech (else the test is void)"
+    assert run(mic, played, vad=vad)[1] == []
+
+
+def test_comfort_noise_after_the_user_spoke_is_as_loud_as_the_room_not_the_voice(voices):
+    """The room, then the user's question, and the robot's answer 0.3 s after it: the noise
+    learnt is the room's (-55 dBFS), not the question's (an estimate over the last 3 s took
+    the voice for the room, and its 18 dB louder comfort noise started "speech" in a quiet
+    room)."""
+    robot, user = voices
+    before, gap = np.zeros(RATE, np.int16), np.zeros(3 * RATE // 10, np.int16)
+    played = np.concatenate([before, np.zeros(len(user) + len(gap), np.int16), robot])
+    said = np.concatenate([before, user, gap, np.zeros(len(robot), np.int16)]).astype(np.float64)
+    room_noise = noise(len(played))
+    results, starts, _ = run(pcm(said + room(played, 120) + room_noise), played)
+    comfort = np.concatenate([r.samples for r in results if r.echo]).astype(np.float64)
+    level_db = 10 * np.log10(np.mean(comfort**2) / np.mean(room_noise**2))
+    assert abs(level_db) < 2.0
+    assert len(starts) == 1  # the question

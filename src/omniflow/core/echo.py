@@ -19,10 +19,20 @@ where nothing played). For each microphone chunk, :class:`EchoGate`:
    under-predicts); the larger prediction counts, since an echo underestimated leaks through;
 3. reports ``echo_score``: the predicted echo's share of the chunk's energy (0..1; NaN while
    nothing played within reach) and ``echo``: true when it reaches ``suppress_score``. An echo
-   chunk is replaced by noise at the microphone's tracked floor (digital silence would make a
-   VAD's noise model adapt to zero and take the real noise that follows for speech); any
-   other chunk has the predicted echo power subtracted band by band (``over`` times it) and
-   goes on to the voice-activity detector and the recogniser.
+   chunk is replaced by comfort noise: noise like the room's, with its spectrum and level
+   (digital silence would make a VAD's noise model adapt to zero and take the real noise that
+   follows for speech; white noise at the level of a room whose noise is pink has more
+   energy where voices are than the room has: webrtcvad took the first such chunk, or the
+   room's own noise coming back after it, for speech, and the robot's answers in 10 dB pink
+   noise were "interrupted" at their first syllable). Any other chunk has the predicted echo
+   power subtracted band by band (``over`` times it) and goes on to the voice-activity
+   detector and the recogniser.
+
+The room's noise is learnt, bin by bin, from the chunks heard while nothing plays, by
+minimum statistics: each bin's power smoothed over a few chunks, its lowest value tracked
+with a slow rise (the user's voice lifts it by at most :data:`_FLOOR_RISE` a chunk), divided
+by what that minimum is of the mean for noise (:data:`_FLOOR_BIAS`), so that the comfort noise
+is as loud as the room on average, not as quiet as its quietest moment.
 
 Double talk passes because the user's voice is not predicted by the reference: a chunk with
 both scores well below echo alone, and the subtraction leaves the user's bands.
@@ -190,7 +200,11 @@ class EchoGate:
         self._learnt = 0  # chunks the gain was learnt from
         self._direct_learnt = 0
         self._previous = np.zeros(0)  # the last 10 ms of the previous chunk
-        self._floor: float | None = None  # noise floor (mean square)
+        # The room's noise, from the chunks heard while nothing played (see the module
+        # docstring), as power per rfft bin and sample (white noise of variance v gives v in
+        # every bin): smoothed over chunks, and its tracked minimum.
+        self._smoothed: np.ndarray | None = None
+        self._floor: np.ndarray | None = None
         self._rng = np.random.default_rng(0)  # comfort noise
 
     @property
@@ -214,13 +228,16 @@ class EchoGate:
         rate = self.reference.sample_rate
         hop = _FRAME // 2
         x = mic.astype(np.float64)
-        self._track_floor(float(np.mean(x * x)))
+        spectrum = np.fft.rfft(x)
         previous = self._previous if len(self._previous) == hop else np.zeros(hop)
         self._previous = x[-hop:]
         frames_back = self._reverb // hop  # reference frames that can still be heard
         back = d + hop * (frames_back + 1)
         ref = self.reference.window(stamp_ns - back * NS_PER_S // rate, n + back)
-        if float(np.mean(ref * ref)) < _SILENT_POWER:
+        silent = float(np.mean(ref * ref)) < _SILENT_POWER
+        if silent or self._floor is None:
+            self._learn_noise(spectrum, n)
+        if silent:
             self._decay()
             self._clear_run = self.confirm
             return EchoResult(np.asarray(mic, dtype=np.int16), math.nan, False, math.nan)
@@ -268,24 +285,28 @@ class EchoGate:
             return EchoResult(self._comfort(n), score, True, delay * 1000 / rate)
         # Power subtraction per band, applied as a gain on the chunk's own spectrum.
         keep = np.sqrt(np.clip(1.0 - self.over * echo_bands / (mic_total + 1e-9), 0.0, 1.0))
-        spectrum = np.fft.rfft(x)
         cleaned = np.fft.irfft(spectrum * keep[_band_of_bin(len(spectrum))], n)
         out = np.clip(np.round(cleaned), -32768, 32767).astype(np.int16)
         return EchoResult(out, score, False, delay * 1000 / rate)
 
-    def _track_floor(self, power: float) -> None:
-        """Follow the microphone's noise floor: the lowest chunk power, rising slowly."""
-        if self._floor is None or power < self._floor:
-            self._floor = power
-        else:
-            self._floor *= _FLOOR_RISE
+    def _learn_noise(self, spectrum: np.ndarray, count: int) -> None:
+        """Take one chunk heard while nothing played into the room's noise (a chunk of
+        another length starts it again)."""
+        power = np.abs(spectrum) ** 2 / count
+        if self._floor is None or len(self._floor) != len(power):
+            self._smoothed, self._floor = power, power
+            return
+        self._smoothed = _FLOOR_SMOOTH * self._smoothed + (1.0 - _FLOOR_SMOOTH) * power
+        self._floor = np.minimum(self._smoothed, self._floor * _FLOOR_RISE)
 
     def _comfort(self, count: int) -> np.ndarray:
-        """Noise at the microphone's floor, in place of a chunk that was only echo: digital
-        silence would make the detector's noise model adapt to zero, and the real noise
-        that follows would then look like speech."""
-        level = math.sqrt(self._floor or 0.0)
-        noise = self._rng.standard_normal(count) * level
+        """Comfort noise in place of a chunk that was only echo: white noise shaped bin by
+        bin to the room's noise (silence before any estimate)."""
+        white = np.fft.rfft(self._rng.standard_normal(count))
+        floor = self._floor
+        if floor is None or len(floor) != len(white):
+            floor = np.zeros(len(white))
+        noise = np.fft.irfft(white * np.sqrt(floor / _FLOOR_BIAS), count)
         return np.clip(np.round(noise), -32768, 32767).astype(np.int16)
 
     def _decay(self) -> None:
@@ -351,8 +372,14 @@ def _fit_share(x: np.ndarray, ref: np.ndarray) -> float:
 
 # Frequency bands of the echo estimate: equal widths (a 40 ms chunk at 16 kHz: 400 Hz each).
 _BANDS = 20
-# Rise of the tracked noise floor per chunk (about 1 dB a second at 40 ms chunks).
+# The room's noise: each bin's power smoothed with this weight of the past (about 5 chunks),
+# its minimum rising at most _FLOOR_RISE a chunk heard while nothing plays (about 1 dB a
+# second at 40 ms chunks), and what that minimum is of the mean for noise: 0.62 for these two
+# figures (simulated over 6,000 chunks: a bin's power in Gaussian noise is exponentially
+# distributed whatever the noise's colour, so the figure holds for any steady noise).
+_FLOOR_SMOOTH = 0.8
 _FLOOR_RISE = 1.01
+_FLOOR_BIAS = 0.62
 # Analysis frames: 20 ms (at 16 kHz) with a Hann window, hop 10 ms.
 _FRAME = 320
 _WINDOW = np.hanning(_FRAME + 1)[:-1]
