@@ -111,9 +111,24 @@ class Conversation:
         return turn_id, "".join(c.text_delta for c in chunks if c.turn_id == turn_id)
 
     def outputs(self) -> str:
-        return "\n".join(
+        """What each node printed, and what the test saw of the conversation: a failure's
+        message shows which turn went where."""
+        states = "\n".join(
+            f"turn {m.turn_id}: {m.state} ({m.reason})" for m in self.states.messages
+        )
+        said = "\n".join(f"utterance {m.utterance_id}: {m.text!r}" for m in self.said.messages)
+        activity = " ".join(
+            f"{m.utterance_id}:{m.event}"
+            for m in self.activity.messages
+            if m.event != VoiceActivity.SILENCE
+        )
+        nodes = "\n".join(
             f"--- {p.spec.name}\n{p.output()[-1500:]}"
             for p in (self.fusion, self.dialogue, self.speech)
+        )
+        return (
+            f"--- dialogue states\n{states}\n--- user_said\n{said}\n"
+            f"--- voice activity (utterance:event, SILENCE left out)\n{activity}\n{nodes}"
         )
 
     def close(self) -> None:
