@@ -14,9 +14,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from omniflow.core.echo import EchoGate, EchoReference
+from omniflow.core.params import defaults
 from omniflow.core.resample import resample_int16
 from omniflow.core.room_sounds import pink_noise
 from omniflow.core.timing import NS_PER_SAMPLE
+from omniflow.engines.fusion_engines import ENGINE_PARAMS
 from omniflow.engines.vad import make_vad
 from omniflow.errors import AudioFormatError, ConfigError
 
@@ -243,14 +245,14 @@ def octave_powers(chunks: list[np.ndarray]) -> np.ndarray:
     )
 
 
-def robot_in_a_pink_room(robot: np.ndarray) -> np.ndarray:
+def spoken_between_pauses(robot: np.ndarray) -> np.ndarray:
     """What the speaker plays: 3 s of nothing, the robot's words, 3 s of nothing."""
     silence = np.zeros(3 * RATE, np.int16)
     return np.concatenate([silence, robot, silence])
 
 
 def test_echo_chunks_become_noise_with_the_rooms_spectrum_and_level(voices):
-    played = robot_in_a_pink_room(voices[0])
+    played = spoken_between_pauses(voices[0])
     results, _, _ = run(pink_room(played)[0], played)
     heard = [r.samples for r in results[: 3 * RATE // CHUNK]]
     comfort = [r.samples for r in results if r.echo]
@@ -265,9 +267,14 @@ def test_the_rooms_own_noise_around_the_robots_voice_starts_no_speech(voices, se
     alone, and through the robot's voice in it and the noise coming back after it (white
     comfort noise started "speech" in one of these rooms, and in the graph the robot's
     answers in 10 dB pink noise were cut short by it)."""
-    played = robot_in_a_pink_room(voices[0])
+    played = spoken_between_pauses(voices[0])
     mic, noise = pink_room(played, seed)
-    vad = {"noise_margin_db": 6.0, "noise_history_s": 1.5, "min_silence_ms": 200.0}
+    node = defaults(ENGINE_PARAMS)
+    vad = {
+        "noise_margin_db": node["vad.noise.margin_db"],
+        "noise_history_s": node["vad.noise.history_s"],
+        "min_silence_ms": node["vad.min_silence_ms"],
+    }
     assert run(pcm(noise), None, vad=vad)[1] == []
     assert run(mic, None, vad=vad)[1], "the echo must look like speech (else the test is void)"
     assert run(mic, played, vad=vad)[1] == []
