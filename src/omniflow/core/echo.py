@@ -228,7 +228,6 @@ class EchoGate:
         rate = self.reference.sample_rate
         hop = _FRAME // 2
         x = mic.astype(np.float64)
-        spectrum = np.fft.rfft(x)
         previous = self._previous if len(self._previous) == hop else np.zeros(hop)
         self._previous = x[-hop:]
         frames_back = self._reverb // hop  # reference frames that can still be heard
@@ -236,7 +235,7 @@ class EchoGate:
         ref = self.reference.window(stamp_ns - back * NS_PER_S // rate, n + back)
         silent = float(np.mean(ref * ref)) < _SILENT_POWER
         if silent or self._floor is None:
-            self._learn_noise(spectrum, n)
+            self._learn_noise(np.fft.rfft(x), n)
         if silent:
             self._decay()
             self._clear_run = self.confirm
@@ -285,6 +284,7 @@ class EchoGate:
             return EchoResult(self._comfort(n), score, True, delay * 1000 / rate)
         # Power subtraction per band, applied as a gain on the chunk's own spectrum.
         keep = np.sqrt(np.clip(1.0 - self.over * echo_bands / (mic_total + 1e-9), 0.0, 1.0))
+        spectrum = np.fft.rfft(x)
         cleaned = np.fft.irfft(spectrum * keep[_band_of_bin(len(spectrum))], n)
         out = np.clip(np.round(cleaned), -32768, 32767).astype(np.int16)
         return EchoResult(out, score, False, delay * 1000 / rate)
