@@ -109,10 +109,12 @@ def rss_mb(pid: int | str = "self") -> float:
         return int(statm.read().split()[1]) * _PAGE_MB
 
 
-def smaps_rss(pid: int | str = "self") -> dict[str, int]:
-    """Resident kB per mapping of a process (this one by default; ``/proc/<pid>/smaps``), keyed
-    by the mapped file, ``[heap]``, ``[stack]``, or ``[anon] <start address>`` for anonymous
-    mappings; FileNotFoundError when the process is gone."""
+def smaps_kb(pid: int | str = "self", field: str = "Rss") -> dict[str, int]:
+    """kB of ``field`` per mapping of a process (this one by default; ``/proc/<pid>/smaps``):
+    ``Rss`` what is resident, ``Size`` what is mapped. Keyed by the mapped file, ``[heap]``,
+    ``[stack]``, or ``[anon] <start address>`` for anonymous mappings; FileNotFoundError when
+    the process is gone."""
+    tag = f"{field}:"
     result: dict[str, int] = {}
     name = ""
     with open(f"/proc/{pid}/smaps", encoding="ascii", errors="replace") as smaps:
@@ -120,7 +122,7 @@ def smaps_rss(pid: int | str = "self") -> dict[str, int]:
             fields = line.split()
             if fields and "-" in fields[0] and len(fields) >= 5 and not fields[0].endswith(":"):
                 name = fields[5] if len(fields) > 5 else f"[anon] {fields[0].split('-')[0]}"
-            elif fields and fields[0] == "Rss:":
+            elif fields and fields[0] == tag:
                 result[name] = result.get(name, 0) + int(fields[1])
     return result
 

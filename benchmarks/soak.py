@@ -26,7 +26,11 @@ end, each node's ``~/status`` counters; ``--logs DIR`` keeps each node's output 
 Reported: per node RSS at start, after ``--warmup`` minutes and at the end, and its slope after
 the warm-up (MB/hour, least squares), the same split by what is resident (the
 brk heap, other anonymous memory, DDS shared-memory segments, pages of mapped files:
-``/proc/<pid>/smaps``), threads and descriptors at the same points. A sample can fall while a
+``/proc/<pid>/smaps``), threads and descriptors at the same points. Shared memory is
+reported with what is mapped of it (``shm_mapped_end``), its ceiling: a node's resident shared
+memory grows as it first reads pages of its peers' segments, which are of fixed size (the
+player's, under the large-frames profile, is 16.75 MB, and every node reads the clock and
+audio it writes there), so that growth is bounded, not a leak. A sample can fall while a
 decode holds its buffers (tens of MB for the fusion node's recogniser, a few for the model's
 batch) or after they went back to the system, so the slope of every sample measures when the
 samples fell as much as growth; the floor (the lowest RSS of each ``--floor-min`` window, at
@@ -49,6 +53,8 @@ import json
 import os
 import platform
 import re
+import signal
+import sys
 import threading
 import time
 import uuid
@@ -57,7 +63,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import rclpy
-from _common import median, ratio, slope_per_hour, smaps_rss, summary, write_result
+from _common import median, ratio, slope_per_hour, smaps_kb, summary, write_result
 from std_msgs.msg import String
 
 from omniflow.bag import BagReader
@@ -80,7 +86,7 @@ SAMPLE_COLUMNS = ("minute", "node", "rss_mb", *(f"{k}_mb" for k in RSS_KINDS), "
 
 
 def rss_kind(mapping: str) -> str:
-    """The :data:`RSS_KINDS` entry of a mapping named as :func:`_common.smaps_rss` names it."""
+    """The :data:`RSS_KINDS` entry of a mapping named as :func:`_common.smaps_kb` names it."""
     if mapping == "[heap]":
         return "heap"
     if mapping.startswith("/dev/shm/"):
@@ -107,13 +113,22 @@ def proc_figures(pid: int) -> dict | None:
     gone."""
     try:
         kinds = dict.fromkeys(RSS_KINDS, 0.0)
-        for mapping, kb in smaps_rss(pid).items():
+        for mapping, kb in smaps_kb(pid).items():
             kinds[rss_kind(mapping)] += kb / 1024
+        shm_mapped = sum(
+            kb for mapping, kb in smaps_kb(pid, "Size").items() if rss_kind(mapping) == "shm"
+        )
         threads = len(os.listdir(f"/proc/{pid}/task"))
         fds = len(os.listdir(f"/proc/{pid}/fd"))
     except (FileNotFoundError, ProcessLookupError):
         return None
-    return {"rss_mb": sum(kinds.values()), "rss_kinds_mb": kinds, "threads": threads, "fds": fds}
+    return {
+        "rss_mb": sum(kinds.values()),
+        "rss_kinds_mb": kinds,
+        "shm_mapped_mb": shm_mapped / 1024,
+        "threads": threads,
+        "fds": fds,
+    }
 
 
 def graph_names(node) -> list[str]:
@@ -195,6 +210,8 @@ def main() -> None:
         "--logs", type=Path, help="keep each node's output in DIR/<node>.log, samples.csv"
     )
     args = parser.parse_args()
+    # SIGTERM unwinds like Ctrl-C, so the nodes are stopped (and --logs written), not orphaned.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("soak: stopped by SIGTERM"))
     result = run(args.minutes, args.warmup, args.rate, args.sample_s, args.floor_min, args.logs)
     write_result(result, args.json)
 
@@ -339,6 +356,7 @@ def report(names, samples, graph, outputs, player, respawn_lines, minutes, warmu
                     }
                     for kind in RSS_KINDS
                 },
+                "shm_mapped_end": round(rows[-1][1]["shm_mapped_mb"], 2),
             },
             "threads": [rows[0][1]["threads"], after[0][1]["threads"], rows[-1][1]["threads"]],
             "fds": [rows[0][1]["fds"], after[0][1]["fds"], rows[-1][1]["fds"]],
