@@ -109,22 +109,28 @@ def rss_mb(pid: int | str = "self") -> float:
         return int(statm.read().split()[1]) * _PAGE_MB
 
 
-def smaps_kb(pid: int | str = "self", field: str = "Rss") -> dict[str, int]:
-    """kB of ``field`` per mapping of a process (this one by default; ``/proc/<pid>/smaps``):
-    ``Rss`` what is resident, ``Size`` what is mapped. Keyed by the mapped file, ``[heap]``,
-    ``[stack]``, or ``[anon] <start address>`` for anonymous mappings; FileNotFoundError when
-    the process is gone."""
-    tag = f"{field}:"
-    result: dict[str, int] = {}
+def smaps_fields(pid: int | str, fields: tuple[str, ...]) -> dict[str, dict[str, int]]:
+    """kB of each of ``fields`` per mapping of a process, in one read of
+    ``/proc/<pid>/smaps`` (``Rss`` what is resident, ``Size`` what is mapped). Keyed by the
+    mapped file, ``[heap]``, ``[stack]``, or ``[anon] <start address>`` for anonymous
+    mappings; FileNotFoundError when the process is gone."""
+    tags = {f"{field}:": field for field in fields}
+    result: dict[str, dict[str, int]] = {}
     name = ""
     with open(f"/proc/{pid}/smaps", encoding="ascii", errors="replace") as smaps:
         for line in smaps:
-            fields = line.split()
-            if fields and "-" in fields[0] and len(fields) >= 5 and not fields[0].endswith(":"):
-                name = fields[5] if len(fields) > 5 else f"[anon] {fields[0].split('-')[0]}"
-            elif fields and fields[0] == tag:
-                result[name] = result.get(name, 0) + int(fields[1])
+            words = line.split()
+            if words and "-" in words[0] and len(words) >= 5 and not words[0].endswith(":"):
+                name = words[5] if len(words) > 5 else f"[anon] {words[0].split('-')[0]}"
+            elif words and words[0] in tags:
+                kb = result.setdefault(name, dict.fromkeys(fields, 0))
+                kb[tags[words[0]]] += int(words[1])
     return result
+
+
+def smaps_rss(pid: int | str = "self") -> dict[str, int]:
+    """Resident kB per mapping of a process (this one by default; :func:`smaps_fields`)."""
+    return {name: kb["Rss"] for name, kb in smaps_fields(pid, ("Rss",)).items()}
 
 
 def write_result(result: object, path: Path | None) -> None:

@@ -51,7 +51,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import soundfile
-from _common import slope_per_hour, smaps_kb
+from _common import slope_per_hour, smaps_rss
 
 from omniflow.core.association import Decision
 from omniflow.core.fusion_events import SceneEvent, TranscriptEvent
@@ -155,7 +155,7 @@ def object_counts() -> collections.Counter[str]:
 
 
 def smaps_growth(before: dict[str, int], after: dict[str, int], top: int = 8) -> list[str]:
-    """The mappings whose resident size changed most between two :func:`_common.smaps_kb`."""
+    """The mappings whose resident size changed most between two :func:`_common.smaps_rss`."""
     names = set(before) | set(after)
     change = sorted(
         ((after.get(n, 0) - before.get(n, 0), n) for n in names), key=lambda c: -abs(c[0])
@@ -218,7 +218,7 @@ def run(
             samples_rss.append(rss_mb())
             next_sample += 60 * NS_PER_S
             if smaps_warm is None and minute >= warmup:
-                smaps_warm = smaps_kb()
+                smaps_warm = smaps_rss()
             if trace and counts_before is None and minute >= warmup:
                 gc.collect()
                 counts_before = object_counts()
@@ -234,7 +234,7 @@ def run(
     if trace and counts_before is not None:
         traced = trace_report(counts_before, snapshot_mid)
     wall = time.perf_counter() - wall0
-    smaps_end = smaps_kb()  # before the fit below maps BLAS pages of its own
+    smaps_end = smaps_rss()  # before the fit below maps BLAS pages of its own
     kept = [(m, r) for m, r in zip(samples_min, samples_rss, strict=True) if m >= warmup]
     stats = pipeline.scheduler.stats
     return {

@@ -63,7 +63,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import rclpy
-from _common import median, ratio, slope_per_hour, smaps_kb, summary, write_result
+from _common import median, ratio, slope_per_hour, smaps_fields, summary, write_result
 from std_msgs.msg import String
 
 from omniflow.bag import BagReader
@@ -86,7 +86,7 @@ SAMPLE_COLUMNS = ("minute", "node", "rss_mb", *(f"{k}_mb" for k in RSS_KINDS), "
 
 
 def rss_kind(mapping: str) -> str:
-    """The :data:`RSS_KINDS` entry of a mapping named as :func:`_common.smaps_kb` names it."""
+    """The :data:`RSS_KINDS` entry of a mapping named as :func:`_common.smaps_fields` names it."""
     if mapping == "[heap]":
         return "heap"
     if mapping.startswith("/dev/shm/"):
@@ -113,11 +113,11 @@ def proc_figures(pid: int) -> dict | None:
     gone."""
     try:
         kinds = dict.fromkeys(RSS_KINDS, 0.0)
-        for mapping, kb in smaps_kb(pid).items():
-            kinds[rss_kind(mapping)] += kb / 1024
-        shm_mapped = sum(
-            kb for mapping, kb in smaps_kb(pid, "Size").items() if rss_kind(mapping) == "shm"
-        )
+        shm_mapped = 0
+        for mapping, kb in smaps_fields(pid, ("Rss", "Size")).items():
+            kinds[rss_kind(mapping)] += kb["Rss"] / 1024
+            if rss_kind(mapping) == "shm":
+                shm_mapped += kb["Size"]
         threads = len(os.listdir(f"/proc/{pid}/task"))
         fds = len(os.listdir(f"/proc/{pid}/fd"))
     except (FileNotFoundError, ProcessLookupError):
