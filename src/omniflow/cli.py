@@ -17,7 +17,7 @@
   environment variable is per process; it commits 16 MiB of shared memory in every process
   that loads it), the fusion process the frame-receiver one;
 - the GIL: capture threads, the fusion slices and the LLM would share one interpreter lock in
-  one process (the fusion node lost 30-70 % of its audio chunks on a MultiThreadedExecutor).
+  one process, and the fusion node's audio intake would wait behind the others' Python work.
 
 Ctrl-C stops everything cleanly; ``record`` then closes its bag so it is complete and readable.
 """
