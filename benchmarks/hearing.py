@@ -374,7 +374,10 @@ def main(argv: list[str] | None = None) -> int:
                 )
         ours["ratio_to_first"] = vs
     result = {
-        "recognisers": [f"whisper {m}, 2 threads, beam 5" for m in models],
+        "recognisers": [
+            "moonshine base, 2 threads" if m == "moonshine" else f"whisper {m}, 2 threads, beam 5"
+            for m in models
+        ],
         "denoise": denoisers,
         "voices": {
             "espeak": list(VOICES) if "espeak" in families else [],
