@@ -55,7 +55,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import math
 import sys
 import time
 from collections.abc import Callable
@@ -71,6 +70,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 from make_sample_audio import synthesise  # noqa: E402
 
+from omniflow.core.resample import resample_int16  # noqa: E402
 from omniflow.core.room_sounds import (  # noqa: E402
     babble_noise,
     fan_noise,
@@ -113,12 +113,10 @@ def piper_voice() -> tuple[Callable[[str], np.ndarray] | None, str]:
     # Without its generator and duration noise: the same audio in every run.
     steady = SynthesisConfig(noise_scale=0.0, noise_w_scale=0.0)
     rate = int(voice.config.sample_rate)
-    up, down = RATE // math.gcd(rate, RATE), rate // math.gcd(rate, RATE)
 
     def say(text: str) -> np.ndarray:
         chunks = [c.audio_int16_array for c in voice.synthesize(text, syn_config=steady)]
-        audio = resample_poly(np.concatenate(chunks).astype(np.float64), up, down)
-        return np.clip(np.rint(audio), -32768, 32767).astype(np.int16)
+        return resample_int16(np.concatenate(chunks).astype(np.int16), rate, RATE)
 
     return say, ""
 

@@ -115,8 +115,9 @@ def proc_figures(pid: int) -> dict | None:
         kinds = dict.fromkeys(RSS_KINDS, 0.0)
         shm_mapped = 0
         for mapping, kb in smaps_fields(pid, ("Rss", "Size")).items():
-            kinds[rss_kind(mapping)] += kb["Rss"] / 1024
-            if rss_kind(mapping) == "shm":
+            kind = rss_kind(mapping)
+            kinds[kind] += kb["Rss"] / 1024
+            if kind == "shm":
                 shm_mapped += kb["Size"]
         threads = len(os.listdir(f"/proc/{pid}/task"))
         fds = len(os.listdir(f"/proc/{pid}/fd"))
