@@ -194,23 +194,26 @@ def hear(mic: np.ndarray, played: np.ndarray | None) -> str:
     ``played``), joined; fresh engines each time, so no state crosses cases."""
     params = {**defaults((*PIPELINE_PARAMS, *ENGINE_PARAMS)), "vision.rate_hz": 0.0}
     pipeline = FusionPipeline(FusionConfig.from_params(params), fusion_engines_from_params(params))
-    finals: list[str] = []
-    chunks = len(mic) // CHUNK
-    for i in range(chunks):
-        stamp = T0_NS + i * CHUNK * NS_PER_SAMPLE
-        for block_stamp, piece in played_blocks(played, i):
-            pipeline.push_played(block_stamp, piece)
-        end = stamp + CHUNK * NS_PER_SAMPLE
-        events = pipeline.step(end, audio=[(stamp, mic[i * CHUNK : (i + 1) * CHUNK])])
-        finals += [e.text for e in events if isinstance(e, TranscriptEvent) and e.final]
-    deadline = time.monotonic() + 60.0
-    while (pipeline.finals_due or pipeline.speaking) and time.monotonic() < deadline:
-        end += CHUNK * NS_PER_SAMPLE  # silence after the session, at its pace in stream time
-        events = pipeline.step(
-            end, audio=[(end - CHUNK * NS_PER_SAMPLE, np.zeros(CHUNK, np.int16))]
-        )
-        finals += [e.text for e in events if isinstance(e, TranscriptEvent) and e.final]
-        time.sleep(0.02)
+    try:
+        finals: list[str] = []
+        chunks = len(mic) // CHUNK
+        for i in range(chunks):
+            stamp = T0_NS + i * CHUNK * NS_PER_SAMPLE
+            for block_stamp, piece in played_blocks(played, i):
+                pipeline.push_played(block_stamp, piece)
+            end = stamp + CHUNK * NS_PER_SAMPLE
+            events = pipeline.step(end, audio=[(stamp, mic[i * CHUNK : (i + 1) * CHUNK])])
+            finals += [e.text for e in events if isinstance(e, TranscriptEvent) and e.final]
+        deadline = time.monotonic() + 60.0
+        while (pipeline.finals_due or pipeline.speaking) and time.monotonic() < deadline:
+            end += CHUNK * NS_PER_SAMPLE  # silence after the session, at its pace in stream time
+            events = pipeline.step(
+                end, audio=[(end - CHUNK * NS_PER_SAMPLE, np.zeros(CHUNK, np.int16))]
+            )
+            finals += [e.text for e in events if isinstance(e, TranscriptEvent) and e.final]
+            time.sleep(0.02)
+    finally:
+        pipeline.engines.close()  # a decode thread left running aborts the process at exit
     return " ".join(t for t in finals if t)
 
 
