@@ -13,7 +13,10 @@ Method (prints one JSON object):
   fusion node's is (``vad.noise.*`` defaults).
 - Cases per room: ``echo`` (the robot talks alone: every VAD start is a false barge-in),
   ``user`` (the user talks, nothing plays), ``double`` (the user starts talking 1.2 s into the
-  robot's speech, at -6..+3 dB relative to the echo).
+  robot's speech, at -6..+3 dB relative to the echo). Each case begins with ``--room-before-s``
+  (2 s) of the room alone, as a robot's microphone hears it before the robot first speaks:
+  the VAD's noise floor (``vad.noise.history_s``, 1.5 s) and the gate's comfort noise are
+  learnt from it. With ``--room-before-s 0`` they meet the room and the robot's voice at once.
 - Candidates: ``none`` (the microphone straight to the VAD); ``gate``
   (:class:`omniflow.core.echo.EchoGate` as the fusion node runs it, suppress score 0.7),
   ``gate-0.8`` and ``gate-0.9`` (higher suppress scores) and ``gate-confirm2`` (two clear
@@ -74,7 +77,7 @@ ROBOT_TEXT = (
     "after I finish charging, or you can take it yourself now."
 )
 USER_TEXT = "Stop, what is that blue thing?"
-USER_START_S = 1.2
+USER_START_S = 1.2  # into the robot's speech
 MIN_SPEECH_MS = 60.0  # the fusion node's vad.min_speech_ms (--min-speech-ms)
 NODE_DEFAULTS = defaults(ENGINE_PARAMS)  # the fusion node's engine parameters (vad.noise.*)
 
@@ -249,8 +252,17 @@ def main() -> int:
         help="a noisy room: pink noise this many dB below the echo (and the VAD gated by the "
         "noise floor, as the fusion node's is) instead of white noise at -55 dBFS",
     )
+    parser.add_argument(
+        "--room-before-s",
+        type=float,
+        default=2.0,
+        help="the room alone before the robot speaks (the VAD's noise floor and the gate's "
+        "comfort noise learn it)",
+    )
     parser.add_argument("--json", type=Path, help="also write the JSON here")
     args = parser.parse_args()
+    if args.room_before_s < 0:
+        parser.error(f"--room-before-s must not be negative, got {args.room_before_s}")
     robot = speak(ROBOT_TEXT, "en-us")
     user = speak(USER_TEXT, "en-gb-scotland")
     user_on = onset_s(user)
@@ -273,21 +285,27 @@ def main() -> int:
     }
     rooms = []
     heard: dict[str, list[str]] = {"user": [], "double": []}
+    lead = int(args.room_before_s * RATE)
+    lead_s = lead / RATE
     for seed in range(args.rooms):
         rng = np.random.default_rng(seed)
         ir, room = room_response(rng)
-        length = len(robot) + RATE
+        length = lead + len(robot) + RATE
         played = np.zeros(length, np.int16)
-        played[: len(robot)] = robot
+        played[lead : lead + len(robot)] = robot
         echo = np.convolve(played.astype(np.float64), ir)[:length]
-        noise = rng.standard_normal(length) * 32768 * 10 ** (-55 / 20)
+        # The room before the robot speaks draws on a generator of its own, so that each
+        # seed's room, user level and noise after it are the same whatever its length.
+        white = rng.standard_normal(length - lead)
+        white = np.concatenate([np.random.default_rng((seed, 1)).standard_normal(lead), white])
+        noise = white * 32768 * 10 ** (-55 / 20)
         user_db = float(rng.uniform(-6, 3))
-        echo_rms = np.sqrt(np.mean(echo[: len(robot)] ** 2))
+        echo_rms = np.sqrt(np.mean(echo[lead : lead + len(robot)] ** 2))
         if args.noise_db is not None:
             noise = pink_noise(length, rng) * echo_rms / 10 ** (args.noise_db / 20)
         user_rms = np.sqrt(np.mean(user[user > 0].astype(np.float64) ** 2))
         talk = np.zeros(length)
-        lo = int(USER_START_S * RATE)
+        lo = lead + int(USER_START_S * RATE)
         scaled = user.astype(np.float64) * echo_rms / user_rms * 10 ** (user_db / 20)
         talk[lo : lo + len(user)] = scaled[: length - lo]
         room.update(user_vs_echo_db=round(user_db, 1))
@@ -297,7 +315,7 @@ def main() -> int:
             return np.clip(np.round(x), -32768, 32767).astype(np.int16)
 
         gate_db = 0.0 if args.noise_db is None else NODE_DEFAULTS["vad.noise.margin_db"]
-        onset = USER_START_S + user_on
+        onset = lead_s + USER_START_S + user_on
         for name in candidates:
             row = rows[name]
             r = run_case(name, pcm(echo + noise), played, None, args.min_speech_ms, gate_db)
@@ -312,7 +330,7 @@ def main() -> int:
             row["costs"].extend(r["costs"])
         if args.hear:
             cut = played.copy()
-            cut[int((USER_START_S + user_on + args.stop_after_ms / 1000) * RATE) :] = 0
+            cut[int((onset + args.stop_after_ms / 1000) * RATE) :] = 0
             cut_echo = np.convolve(cut.astype(np.float64), ir)[:length]
             heard["user"].append(hear(pcm(talk + noise), None))
             heard["double"].append(hear(pcm(cut_echo + talk + noise), cut))
@@ -335,6 +353,7 @@ def main() -> int:
             "cpu_ms_per_chunk_p90": cpu_ms["p90"],
         }
     result = {
+        "room_before_s": lead_s,
         "robot_s": round(len(robot) / RATE, 2),
         "user_s": round(len(user) / RATE, 2),
         "rooms": rooms,
