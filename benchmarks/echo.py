@@ -294,8 +294,9 @@ def main() -> int:
         played = np.zeros(length, np.int16)
         played[lead : lead + len(robot)] = robot
         echo = np.convolve(played.astype(np.float64), ir)[:length]
-        # The room before the robot speaks draws on a generator of its own, so that each
-        # seed's room, user level and noise after it are the same whatever its length.
+        # The quiet room before the robot speaks draws on a generator of its own, so that
+        # each seed's room, user level and white noise after it are the same whatever its
+        # length (a noisy room's pink noise is drawn whole, after the user level).
         white = rng.standard_normal(length - lead)
         white = np.concatenate([np.random.default_rng((seed, 1)).standard_normal(lead), white])
         noise = white * 32768 * 10 ** (-55 / 20)
