@@ -35,10 +35,9 @@ the newest decode of that window, most often the utterance's last draft, was sur
 at once and that decode is the final (``benchmarks/hearing.py``: at most 0.005 more of the
 words wrong, pooled per SNR, than every final through the whole window; the bundled
 session's end of speech -> speaker 0.67x, ``benchmarks/session_replay.py --baseline
-whole-window``). Drafts only feed the partial
-transcript, the dialogue's evaluation ahead and the choice of a quick decode. It decodes on
-a worker thread of its own, and ``feed`` (and ``end``, below) stay cheap on the caller's
-thread:
+whole-window``). Drafts only feed the partial transcript, the dialogue's evaluation ahead
+and the choice of a quick decode. It decodes on a worker thread of its own, and ``feed``
+(and ``end``, below) stay cheap on the caller's thread:
 
 - ``feed`` appends the chunk to a preallocated buffer and hands the worker a snapshot of
   the buffer when the worker is idle: a draft at most every ``partial_interval_ms`` of new
@@ -580,8 +579,10 @@ class StreamingRecognizer(Recognizer):
     :class:`RecognitionResult` with word times relative to the first sample; ``name`` names
     the engine in errors. Holds at most ``window_s`` of an utterance (the rest is counted in
     :attr:`stats` and not decoded). The first decode of a process is slower (allocations,
-    kernel selection): one draft and one full decode of 1 s of silence run on the worker at
-    construction, not in the first utterance.
+    kernel selection): one draft and one full decode of 1 s of silence (and a quick one)
+    run on the worker at construction, not in the first utterance. ``quick_min_confidence``
+    (None: no quick decodes) and ``quick_try_confidence``: see the module doc; the engine's
+    ``decode`` reads its quick window for a job marked ``quick``.
     """
 
     def __init__(
@@ -611,7 +612,7 @@ class StreamingRecognizer(Recognizer):
         self._worker.submit(DecodeJob(0, silence), final=True)
         if self._quick:
             self._worker.submit(DecodeJob(0, silence, quick=True), final=True)
-        self._worker.submit(DecodeJob(0, np.zeros(SAMPLE_RATE, dtype=np.int16), draft=True))
+        self._worker.submit(DecodeJob(0, silence, draft=True))
         self._start_ns = 0
         self._active = False
         self._utterance = 0
@@ -879,8 +880,10 @@ class WhisperRecognizer(StreamingRecognizer):
     ``finish()`` waits before raising EngineError; ``draft_window_s``: the seconds of
     Whisper's 30 s window a draft's encoder reads (:func:`encoder_frames`: never less than
     the audio and 1 s; 30: drafts read the whole window too); ``final_window_s``: the same
-    for a full decode, the one that becomes a final (30, the default: the whole window).
-    ``prompt_as``: how
+    for a full decode, the one that becomes a final (30, the default: the whole window);
+    ``quick_window_s``: the window a full decode reads first (the module doc), tried when the
+    newest draft's confidence reaches ``quick_try_confidence`` and kept when its own reaches
+    ``quick_min_confidence`` (``final_window_s`` or more: no quick decode). ``prompt_as``: how
     :meth:`set_prompt`'s words reach the decoder: ``hotwords`` (default) or
     ``initial_prompt``, faster-whisper's two ways into the previous-text context
     (``benchmarks/scene_bias.py`` compares them). A loop at the end of a decode (a phrase
