@@ -22,9 +22,7 @@ Method (prints one JSON object):
 - Sources: ``16k`` as captured; ``8k`` the same room through a telephone-band source (the mix
   resampled to 8 kHz and back to 16 kHz, as the capture node does for an 8 kHz microphone).
 - Recognisers: ``--models`` (default tiny.en), each as the fusion node runs it: tiny.en and
-  base a ``WhisperRecognizer`` (2 threads, beam 5; ``asr.whisper.model``; its final from the
-  quick 10 s window when that decode is sure, ``asr.whisper.quick_window_s``), ``tiny.en-whole``
-  the same with every final decoded through the whole 30 s window, ``moonshine``
+  base a ``WhisperRecognizer`` (2 threads, beam 5; ``asr.whisper.model``), ``moonshine``
   the ``MoonshineRecognizer`` (``asr.engine: moonshine``, 2 threads), streamed with
   ``benchmarks/asr.py``'s ``stream``: 40 ms chunks at real time, then ``end()`` and
   ``poll_final()`` every 10 ms; the noise goes on for ``--tail-ms`` after the speech (the
@@ -168,9 +166,7 @@ def recognizer(model: str) -> StreamingRecognizer:
     """The recogniser ``--models`` names, as the fusion node builds it."""
     if model == "moonshine":
         return make_recognizer("moonshine")
-    name = model.removesuffix("-whole")  # every final through the whole window
-    whole = {"whisper_quick_window_s": 30.0} if name != model else {}
-    return make_recognizer("whisper", whisper_model_path=whisper_model_dir(name)[0], **whole)
+    return make_recognizer("whisper", whisper_model_path=whisper_model_dir(model)[0])
 
 
 def hear(rec: StreamingRecognizer, mix: np.ndarray, paced: bool) -> tuple[str, float, float]:
@@ -192,8 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--models",
         default="tiny.en",
-        help="comma-separated recognisers: the Whisper models tiny.en, base (tiny.en-whole: "
-        "every final through the whole window); moonshine",
+        help="comma-separated recognisers: the Whisper models tiny.en, base; moonshine",
     )
     parser.add_argument(
         "--denoise",
@@ -218,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     models = args.models.split(",")
     denoisers = args.denoise.split(",")
     for option, given, allowed in (
-        ("--models", models, ("tiny.en", "tiny.en-whole", "base", "moonshine")),
+        ("--models", models, ("tiny.en", "base", "moonshine")),
         ("--denoise", denoisers, ("none", "speex", "rnnoise")),
         ("--noises", args.noises.split(","), ("fan", "motor", "babble")),
         ("--distances", args.distances.split(","), ("near", "far")),

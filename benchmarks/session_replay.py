@@ -17,9 +17,7 @@ one of ``BASELINES``: ``turn-taking`` before the semantic end of turn (``vad.min
 400, the dialogue answering every final at once), ``partials`` before the draft partials and
 vision's yield (``asr.whisper.draft_window_s`` 30, ``vision.turn_yield_ms`` 0), or the other
 recogniser, ``moonshine`` (``asr.engine`` moonshine), or ``answer-ahead``, without the answer
-started while the end-of-turn wait runs (``end_of_turn.answer_ahead`` false), or
-``whole-window``, every Whisper final decoded through the whole 30 s window instead of from
-the quick 10 s one when that is sure (``asr.whisper.quick_window_s`` 30); it gives each
+started while the end-of-turn wait runs (``end_of_turn.answer_ahead`` false); it gives each
 stage's median beside the defaults' and their ratio. ``--set NODE:NAME=VALUE`` changes a
 parameter in both (the answer ahead against none, with Moonshine: ``--set
 fusion:asr.engine=moonshine --set dialogue:end_of_turn.answer_ahead=true --baseline
@@ -48,8 +46,7 @@ from omniflow import demo, report
 # draft partials and vision's yield at the end of a turn (partials read Whisper's whole
 # window, frames encoded throughout); "moonshine", the other open-vocabulary recogniser;
 # "answer-ahead", without the answer started while the end-of-turn wait runs (off by
-# default: measure it with --set dialogue:end_of_turn.answer_ahead=true); "whole-window",
-# every Whisper final through the whole window, as before the quick final.
+# default: measure it with --set dialogue:end_of_turn.answer_ahead=true).
 BASELINES = {
     "turn-taking": {
         "fusion": {"vad.min_silence_ms": 400},
@@ -58,7 +55,6 @@ BASELINES = {
     "partials": {"fusion": {"asr.whisper.draft_window_s": 30.0, "vision.turn_yield_ms": 0}},
     "moonshine": {"fusion": {"asr.engine": "moonshine"}},
     "answer-ahead": {"dialogue": {"end_of_turn.answer_ahead": False}},
-    "whole-window": {"fusion": {"asr.whisper.quick_window_s": 30.0}},
 }
 
 

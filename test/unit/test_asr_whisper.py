@@ -239,8 +239,7 @@ def test_a_pause_inside_the_first_word_starts_no_full_decode(
     Counted from the first sound, whatever lead-in of the room came before it (the fusion
     pipeline's ``asr.lead_in_ms``)."""
     assert whisper.wait_idle(60)
-    stats = whisper.stats
-    decodes, queued, unsure = stats.decodes, stats.finals_queued, stats.quick_unsure
+    decodes, queued = whisper.stats.decodes, whisper.stats.finals_queued
     noise = np.random.default_rng(3).standard_normal(CHUNK * 16)
     quiet, loud = (noise * 30).astype(np.int16), (noise * 3_000).astype(np.int16)
     whisper.start(0)
@@ -250,11 +249,9 @@ def test_a_pause_inside_the_first_word_starts_no_full_decode(
         whisper.feed(loud[i * CHUNK : (i + 1) * CHUNK])
     for i in range(10):
         whisper.feed(quiet[i * CHUNK : (i + 1) * CHUNK])
-    assert whisper.wait_idle(60) and stats.decodes == decodes
+    assert whisper.wait_idle(60) and whisper.stats.decodes == decodes
     whisper.finish()
-    # one decode at the end: the quick one, and the whole window's when it was not sure
-    assert stats.finals_queued == queued + 1
-    assert stats.decodes == decodes + 1 + (stats.quick_unsure - unsure)
+    assert whisper.stats.decodes == decodes + 1 and whisper.stats.finals_queued == queued + 1
 
 
 def test_freed_memory_goes_back_between_utterances_never_inside_one(
@@ -358,53 +355,6 @@ def test_a_cut_final_window_is_what_the_final_decode_reads(whisper: WhisperRecog
         assert cut._model.frames == encoder_frames(16_000, DRAFT_WINDOW_S)
     finally:
         cut.close()
-
-
-@pytest.mark.parametrize(
-    ("min_confidence", "sure"), [(0.0, True), (1.0, False)], ids=["sure", "unsure"]
-)
-def test_a_quick_final_is_kept_when_sure_and_the_whole_window_decodes_it_when_not(
-    noisy: dict[str, np.ndarray], min_confidence: float, sure: bool
-) -> None:
-    """A full decode (at a pause, or the one queued at the end) reads ``quick_window_s``
-    first while the decodes of that window are sure (``quick_try_confidence``); sure too
-    (``quick_min_confidence``), its words are the final: one decode. Not sure, the same
-    audio is decoded through the whole window at once and that is the final, and the full
-    decodes that follow go straight through the whole window, the next utterance's too
-    (until a draft is sure again). Either way the final has its words and word times."""
-    rec = WhisperRecognizer(
-        threads=2,
-        quick_window_s=10.0,
-        quick_min_confidence=min_confidence,
-        quick_try_confidence=min_confidence,
-    )
-    try:
-        assert rec.wait_idle(60)  # past its warm-up: the whole window and the quick one
-        stats = rec.stats
-        for utterance, text in enumerate(EXACT[1:]):
-            tries = stats.quick_sure + stats.quick_unsure
-            _, result = stream(rec, np.concatenate([noisy[text], np.zeros(CHUNK * 10, np.int16)]))
-            assert rec.wait_idle(60)
-            assert words(result.text) == text.split()
-            assert [w.text for w in result.words] and result.words[0].start_ns >= START_NS
-            assert rec._model.frames == (1000 if sure else 3000)  # what the final's encoder read
-            if sure:
-                assert stats.quick_sure > tries and stats.quick_unsure == stats.quick_skipped == 0
-            elif utterance == 0:  # a quick decode not sure, or a draft not sure before it
-                assert stats.quick_sure == 0 and stats.quick_unsure + stats.quick_skipped >= 1
-            else:  # no more quick decodes tried
-                assert stats.quick_sure + stats.quick_unsure == tries and stats.quick_skipped >= 1
-    finally:
-        rec.close()
-
-
-def test_quick_settings_outside_their_range_are_config_errors() -> None:
-    with pytest.raises(ConfigError, match=r"quick_window_s \(0.5\)"):
-        WhisperRecognizer(quick_window_s=0.5)
-    with pytest.raises(ConfigError, match=r"quick_min_confidence \(1.5\)"):
-        WhisperRecognizer(quick_min_confidence=1.5)
-    with pytest.raises(ConfigError, match=r"quick_try_confidence \(-0.1\)"):
-        WhisperRecognizer(quick_try_confidence=-0.1)
 
 
 def test_misuse_and_bad_input_are_typed_errors(whisper: WhisperRecognizer) -> None:

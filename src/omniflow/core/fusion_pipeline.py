@@ -74,7 +74,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, is_dataclass
+from dataclasses import asdict, dataclass
 from typing import Protocol
 
 import numpy as np
@@ -673,9 +673,6 @@ class FusionPipeline:
         vision_report = getattr(self.engines.vision, "diagnostics", None)
         if vision_report is not None:  # where the vision models run, and why
             values.update({f"vision.{k}": v for k, v in vision_report().items()})
-        asr_stats = getattr(self.engines.recognizer, "stats", None)
-        if is_dataclass(asr_stats):  # a streaming recogniser's decodes and finals
-            values.update({f"asr.{k}": v for k, v in asdict(asr_stats).items()})
         return values
 
     def set_vision_rate(self, rate_hz: float) -> None:

@@ -27,17 +27,10 @@ a *full* decode (at a pause, or at the end) reads ``final_window_s`` (by default
 window) with the beam search and word times, and only a full decode becomes a final. A cut
 window costs words (in ``benchmarks/asr.py``, finals from a 10 s window had a word error
 rate of 0.47 against 0.35 from the whole window; from 20 s, 0.6x of the time, 0.47 against
-0.35: "stop" heard as "It's time."), but not where the decoder is sure of them. So a full
-decode is first *quick*: it reads ``quick_window_s`` (10 s; about 0.4x of the time) when
-the newest decode of that window, most often the utterance's last draft, was sure
-(``quick_try_confidence``), and its words are the final when it is sure too
-(``quick_min_confidence``); otherwise the same audio is decoded through the whole window
-at once and that decode is the final (``benchmarks/hearing.py``: at most 0.005 more of the
-words wrong, pooled per SNR, than every final through the whole window; the bundled
-session's end of speech -> speaker 0.67x, ``benchmarks/session_replay.py --baseline
-whole-window``). Drafts only feed the partial transcript, the dialogue's evaluation ahead
-and the choice of a quick decode. It decodes on a worker thread of its own, and ``feed``
-(and ``end``, below) stay cheap on the caller's thread:
+0.35: "stop" heard as "It's time."), which is why finals read the whole window unless told;
+drafts only feed the partial transcript and the dialogue's evaluation ahead. It decodes on
+a worker thread of its own, and ``feed`` (and ``end``, below) stay cheap on the caller's
+thread:
 
 - ``feed`` appends the chunk to a preallocated buffer and hands the worker a snapshot of
   the buffer when the worker is idle: a draft at most every ``partial_interval_ms`` of new
@@ -410,9 +403,6 @@ class WhisperStats:
     finals_ready: int = 0  # finish() found a covering decode already done
     finals_in_flight: int = 0  # finish() waited for the rest of a covering decode
     finals_queued: int = 0  # finish() queued a decode of the whole utterance
-    quick_sure: int = 0  # quick decodes sure enough to be a final (no whole-window decode)
-    quick_unsure: int = 0  # quick decodes followed by a whole-window decode
-    quick_skipped: int = 0  # full decodes straight through the whole window (draft unsure)
     finish_wait_ns_last: int = 0
     finish_wait_ns_max: int = 0
     truncated_samples: int = 0  # audio beyond Whisper's 30 s window, not decoded
@@ -430,19 +420,9 @@ class DecodeJob:
     samples: np.ndarray  # int16 copy of the buffer's first len(samples) samples
     draft: bool = False  # a cut window, greedy, no word times: never a final
     prompt: str | None = None  # the words the utterance was primed with
-    quick: bool = False  # the engine's quick full decode: a final only when it is sure
     done: bool = False
     result: RecognitionResult | None = None
     error: BaseException | None = None
-    # the decode that replaces this one as a final (a quick decode that was not sure)
-    followup: DecodeJob | None = None
-
-    def settled(self) -> DecodeJob:
-        """The decode that gives this one's final: itself, or the one that followed it."""
-        job = self
-        while job.followup is not None:
-            job = job.followup
-        return job
 
 
 class _Worker:
@@ -451,20 +431,13 @@ class _Worker:
     reference to the recogniser, so dropping the recogniser stops the thread
     (``weakref.finalize``)."""
 
-    def __init__(
-        self,
-        decode: Callable[[DecodeJob], RecognitionResult],
-        thread_name: str,
-        quick_min_confidence: float,
-    ) -> None:
+    def __init__(self, decode: Callable[[DecodeJob], RecognitionResult], thread_name: str) -> None:
         self.decode = decode
-        self.quick_min_confidence = quick_min_confidence
         self.cond = threading.Condition()
         self.finals: deque[DecodeJob] = deque()
         self.partial: DecodeJob | None = None
         self.running: DecodeJob | None = None
         self.latest: DecodeJob | None = None  # newest finished job
-        self.latest_cut: DecodeJob | None = None  # newest finished draft or quick job
         self.release_due = False  # a full decode ran since freed memory was last handed back
         self.listening = False  # an utterance is open
         self.releasing = False  # handing freed memory back (a few ms)
@@ -533,32 +506,16 @@ class _Worker:
                 job.error = err
             spent = time.perf_counter_ns() - t0
             with self.cond:
-                if job.quick and job.utterance != 0 and job.error is None:
-                    self._judge_quick(job)
                 job.done = True
                 self.running = None
                 if job.utterance != 0:  # the warm-up: not counted, never a partial
                     self.latest = job
-                    if job.draft or job.quick:
-                        self.latest_cut = job
                     self.stats.decodes += 1
                     self.stats.decode_ns_total += spent
                     self.stats.decode_ns_max = max(self.stats.decode_ns_max, spent)
                 self.release_due |= not job.draft
                 self._arm_release()
                 self.cond.notify_all()
-
-    def _judge_quick(self, job: DecodeJob) -> None:
-        """Under ``cond``: a quick decode less sure than ``quick_min_confidence`` (or with no
-        words) is followed at once by a decode of the same audio through the whole window,
-        ahead of any other; the final of an utterance that ends with it is that one's."""
-        sure = job.result is not None and job.result.confidence >= self.quick_min_confidence
-        if sure:
-            self.stats.quick_sure += 1
-            return
-        self.stats.quick_unsure += 1
-        job.followup = DecodeJob(job.utterance, job.samples, prompt=job.prompt)
-        self.finals.appendleft(job.followup)
 
     def _release(self) -> None:
         t0 = time.perf_counter_ns()
@@ -579,10 +536,8 @@ class StreamingRecognizer(Recognizer):
     :class:`RecognitionResult` with word times relative to the first sample; ``name`` names
     the engine in errors. Holds at most ``window_s`` of an utterance (the rest is counted in
     :attr:`stats` and not decoded). The first decode of a process is slower (allocations,
-    kernel selection): one draft and one full decode of 1 s of silence (and a quick one)
-    run on the worker at construction, not in the first utterance. ``quick_min_confidence``
-    (None: no quick decodes) and ``quick_try_confidence``: see the module doc; the engine's
-    ``decode`` reads its quick window for a job marked ``quick``.
+    kernel selection): one draft and one full decode of 1 s of silence run on the worker at
+    construction, not in the first utterance.
     """
 
     def __init__(
@@ -593,26 +548,15 @@ class StreamingRecognizer(Recognizer):
         partial_interval_ms: int,
         finish_timeout_s: float,
         window_s: int = _WHISPER_WINDOW_S,
-        quick_min_confidence: float | None = None,
-        quick_try_confidence: float = 0.0,
     ) -> None:
         self._name = name
         self._interval = partial_interval_ms * SAMPLE_RATE // 1000
         self._timeout_s = finish_timeout_s
-        self._quick = quick_min_confidence is not None
-        self._quick_try = quick_try_confidence
         self._buffer = np.zeros(window_s * SAMPLE_RATE, dtype=np.int16)
-        self._worker = _Worker(
-            decode,
-            thread_name=f"{name.lower()}-decode",
-            quick_min_confidence=math.inf if quick_min_confidence is None else quick_min_confidence,
-        )
+        self._worker = _Worker(decode, thread_name=f"{name.lower()}-decode")
         weakref.finalize(self, self._worker.close)
-        silence = np.zeros(SAMPLE_RATE, dtype=np.int16)
-        self._worker.submit(DecodeJob(0, silence), final=True)
-        if self._quick:
-            self._worker.submit(DecodeJob(0, silence, quick=True), final=True)
-        self._worker.submit(DecodeJob(0, silence, draft=True))
+        self._worker.submit(DecodeJob(0, np.zeros(SAMPLE_RATE, dtype=np.int16)), final=True)
+        self._worker.submit(DecodeJob(0, np.zeros(SAMPLE_RATE, dtype=np.int16), draft=True))
         self._start_ns = 0
         self._active = False
         self._utterance = 0
@@ -716,30 +660,10 @@ class StreamingRecognizer(Recognizer):
         return self._new_partial()
 
     def _submit(self, draft: bool) -> DecodeJob:
-        job = DecodeJob(
-            self._utterance,
-            self._buffer[: self._fed].copy(),
-            draft,
-            self._prompt,
-            quick=not draft and self._try_quick(),
-        )
+        job = DecodeJob(self._utterance, self._buffer[: self._fed].copy(), draft, self._prompt)
         self._submitted = self._fed
         self._worker.submit(job)
         return job
-
-    def _try_quick(self) -> bool:
-        """Whether a full decode should read the quick window first: when the newest decode
-        that read a cut window (a draft of this utterance, most often, or the last one's quick
-        decode: a short utterance may end before its first draft) was sure enough, or none
-        came yet. A quick decode that is not sure costs a second decode."""
-        if not self._quick:
-            return False
-        with self._worker.cond:
-            cut = self._worker.latest_cut
-        sure = cut is None or (cut.result is not None and cut.result.confidence >= self._quick_try)
-        if not sure:
-            self._worker.stats.quick_skipped += 1
-        return sure
 
     def _new_partial(self) -> str | None:
         with self._worker.cond:
@@ -760,9 +684,8 @@ class StreamingRecognizer(Recognizer):
 
     def end(self) -> None:
         """End the utterance without waiting: pick (or queue) the decode that covers its
-        last voiced chunk (a decode of it still waiting that does not is dropped);
-        :meth:`poll_final` returns the result once that decode is done. Costs microseconds:
-        what the fusion slice thread should call."""
+        last voiced chunk; :meth:`poll_final` returns the result once that decode is done.
+        Costs microseconds: what the fusion slice thread should call."""
         if not self._active:
             raise EngineError("end() outside an utterance: call start() first")
         self._active = False
@@ -787,10 +710,7 @@ class StreamingRecognizer(Recognizer):
         with worker.cond:
             if covers(worker.latest) and worker.latest.error is None:
                 job = worker.latest
-                if job.followup is None:
-                    stats.finals_ready += 1
-                else:  # a quick decode that was not sure: the whole window's decode follows
-                    stats.finals_in_flight += 1
+                stats.finals_ready += 1
             elif covers(worker.running):
                 job = worker.running
                 stats.finals_in_flight += 1
@@ -800,16 +720,10 @@ class StreamingRecognizer(Recognizer):
                 stats.finals_in_flight += 1
             else:
                 job = DecodeJob(
-                    self._utterance,
-                    self._buffer[: self._fed].copy(),
-                    prompt=self._prompt,
-                    quick=self._try_quick(),  # the condition's lock is re-entrant
+                    self._utterance, self._buffer[: self._fed].copy(), prompt=self._prompt
                 )
                 worker.finals.append(job)
                 stats.finals_queued += 1
-            waiting = worker.partial
-            if waiting is not None and waiting.utterance == self._utterance:
-                worker.partial = None  # a draft or an earlier pause's decode: the final has it
             worker.set_listening(False)  # with the final queued: it runs before any release
         self._ended.append((job, self._start_ns))
 
@@ -819,10 +733,8 @@ class StreamingRecognizer(Recognizer):
         if not self._ended:
             return None
         job, _ = self._ended[0]
-        if job is not None:
-            with self._worker.cond:
-                if not job.settled().done:
-                    return None
+        if job is not None and not job.done:
+            return None
         return self._take_final()
 
     def finish(self) -> RecognitionResult:
@@ -835,9 +747,7 @@ class StreamingRecognizer(Recognizer):
         if job is not None:
             worker = self._worker
             with worker.cond:
-                if not worker.cond.wait_for(
-                    lambda: job.settled().done or worker.closed, self._timeout_s
-                ):
+                if not worker.cond.wait_for(lambda: job.done or worker.closed, self._timeout_s):
                     self._ended.pop()
                     raise EngineError(
                         f"{self._name} took longer than {self._timeout_s:g} s to decode an "
@@ -854,7 +764,6 @@ class StreamingRecognizer(Recognizer):
         job, start_ns = self._ended.pop() if last else self._ended.popleft()
         if job is None:
             return RecognitionResult("", math.nan, [])
-        job = job.settled()
         if job.error is not None:
             raise EngineError(f"{self._name} failed to decode: {job.error}") from job.error
         if job.result is None:
@@ -880,10 +789,8 @@ class WhisperRecognizer(StreamingRecognizer):
     ``finish()`` waits before raising EngineError; ``draft_window_s``: the seconds of
     Whisper's 30 s window a draft's encoder reads (:func:`encoder_frames`: never less than
     the audio and 1 s; 30: drafts read the whole window too); ``final_window_s``: the same
-    for a full decode, the one that becomes a final (30, the default: the whole window);
-    ``quick_window_s``: the window a full decode reads first (the module doc), tried when the
-    newest draft's confidence reaches ``quick_try_confidence`` and kept when its own reaches
-    ``quick_min_confidence`` (``final_window_s`` or more: no quick decode). ``prompt_as``: how
+    for a full decode, the one that becomes a final (30, the default: the whole window).
+    ``prompt_as``: how
     :meth:`set_prompt`'s words reach the decoder: ``hotwords`` (default) or
     ``initial_prompt``, faster-whisper's two ways into the previous-text context
     (``benchmarks/scene_bias.py`` compares them). A loop at the end of a decode (a phrase
@@ -904,9 +811,6 @@ class WhisperRecognizer(StreamingRecognizer):
         finish_timeout_s: float = 10.0,
         draft_window_s: float = 10.0,
         final_window_s: float = 30.0,
-        quick_window_s: float = 10.0,
-        quick_min_confidence: float = 0.5,
-        quick_try_confidence: float = 0.45,
         prompt_as: str = "hotwords",
     ) -> None:
         if prompt_as not in WHISPER_PROMPTS:
@@ -920,17 +824,12 @@ class WhisperRecognizer(StreamingRecognizer):
             or finish_timeout_s <= 0
             or not 1.0 <= draft_window_s <= _WHISPER_WINDOW_S
             or not 1.0 <= final_window_s <= _WHISPER_WINDOW_S
-            or not 1.0 <= quick_window_s <= _WHISPER_WINDOW_S
-            or not 0.0 <= quick_min_confidence <= 1.0
-            or not 0.0 <= quick_try_confidence <= 1.0
         ):
             raise ConfigError(
                 f"threads ({threads}) and beam_size ({beam_size}) must be >= 1, "
                 f"partial_interval_ms ({partial_interval_ms}) >= 0, finish_timeout_s "
-                f"({finish_timeout_s}) > 0, draft_window_s ({draft_window_s}), "
-                f"final_window_s ({final_window_s}) and quick_window_s ({quick_window_s}) "
-                f"within 1..30, quick_min_confidence ({quick_min_confidence}) and "
-                f"quick_try_confidence ({quick_try_confidence}) within 0..1"
+                f"({finish_timeout_s}) > 0, draft_window_s ({draft_window_s}) and "
+                f"final_window_s ({final_window_s}) within 1..30"
             )
         path = Path(model_path) if model_path is not None else bundled_whisper_model()
         if not (path / "model.bin").is_file():
@@ -950,14 +849,11 @@ class WhisperRecognizer(StreamingRecognizer):
             )
         except (RuntimeError, ValueError, OSError) as err:
             raise EngineError(f"cannot load the Whisper model at {path}: {err}") from err
-        windows = {"draft": draft_window_s, "quick": quick_window_s, "final": final_window_s}
         super().__init__(
-            self._decode_fn(model, language, beam_size, windows, prompt_as),
+            self._decode_fn(model, language, beam_size, draft_window_s, final_window_s, prompt_as),
             name="Whisper",
             partial_interval_ms=partial_interval_ms,
             finish_timeout_s=finish_timeout_s,
-            quick_min_confidence=quick_min_confidence if quick_window_s < final_window_s else None,
-            quick_try_confidence=quick_try_confidence,
         )
         self.model_path = path
         self._model = model
@@ -969,14 +865,14 @@ class WhisperRecognizer(StreamingRecognizer):
         model: Any,
         language: str,
         beam_size: int,
-        windows: dict[str, float],
+        draft_window_s: float,
+        final_window_s: float,
         prompt_as: str,
     ) -> Callable[[DecodeJob], RecognitionResult]:
         def decode(job: DecodeJob) -> RecognitionResult:
             samples, draft, prompt = job.samples, job.draft, job.prompt
             audio = samples.astype(np.float32) / 32768.0
-            kind = "draft" if draft else "quick" if job.quick else "final"
-            model.frames = encoder_frames(len(samples), windows[kind])
+            model.frames = encoder_frames(len(samples), draft_window_s if draft else final_window_s)
             segments, _ = model.transcribe(
                 audio,
                 language=language,
@@ -1033,9 +929,6 @@ def make_recognizer(
     whisper_partial_interval_ms: int = 500,
     whisper_draft_window_s: float = 10.0,
     whisper_final_window_s: float = 30.0,
-    whisper_quick_window_s: float = 10.0,
-    whisper_quick_min_confidence: float = 0.5,
-    whisper_quick_try_confidence: float = 0.45,
     moonshine_model_path: str | Path | None = None,
     moonshine_threads: int = 2,
     moonshine_partial_interval_ms: int = 500,
@@ -1064,8 +957,5 @@ def make_recognizer(
             partial_interval_ms=whisper_partial_interval_ms,
             draft_window_s=whisper_draft_window_s,
             final_window_s=whisper_final_window_s,
-            quick_window_s=whisper_quick_window_s,
-            quick_min_confidence=whisper_quick_min_confidence,
-            quick_try_confidence=whisper_quick_try_confidence,
         )
     raise ConfigError(f"unknown ASR engine {engine!r}; allowed: {', '.join(ASR_ENGINES)}")

@@ -186,40 +186,6 @@ ENGINE_PARAMS = (
         read_only=True,
     ),
     ParamSpec(
-        "asr.whisper.quick_window_s",
-        10.0,
-        "Seconds of Whisper's window a full decode (the one that becomes a final) reads "
-        "first when the newest draft was sure (asr.whisper.quick_try_confidence): sure too "
-        "(asr.whisper.quick_min_confidence), "
-        "its words are the final; not, a decode through asr.whisper.final_window_s follows "
-        "at once. Not below final_window_s: every final reads final_window_s "
-        "(benchmarks/session_replay.py --baseline whole-window)",
-        unit="s",
-        minimum=1.0,
-        maximum=30.0,
-        read_only=True,
-    ),
-    ParamSpec(
-        "asr.whisper.quick_min_confidence",
-        0.5,
-        "How sure the quick decode (asr.whisper.quick_window_s) must be for its words to be "
-        "the final: the exponent of its tokens' mean log probability, 0-1 (the bundled "
-        "session's questions gave 0.55-0.70)",
-        minimum=0.0,
-        maximum=1.0,
-        read_only=True,
-    ),
-    ParamSpec(
-        "asr.whisper.quick_try_confidence",
-        0.45,
-        "How sure the newest draft (or the last quick decode) must be for a quick decode to "
-        "be tried; a quick decode that is not sure costs a second decode, and a draft reads "
-        "the same cut window (0: always try; benchmarks/hearing.py)",
-        minimum=0.0,
-        maximum=1.0,
-        read_only=True,
-    ),
-    ParamSpec(
         "asr.moonshine.model_path",
         "",
         "Moonshine model directory (encoder_model and decoder_model_merged as .onnx or .ort, "
@@ -399,9 +365,6 @@ def fusion_engines_from_params(
             whisper_partial_interval_ms=p["asr.whisper.partial_interval_ms"],
             whisper_draft_window_s=p["asr.whisper.draft_window_s"],
             whisper_final_window_s=p["asr.whisper.final_window_s"],
-            whisper_quick_window_s=p["asr.whisper.quick_window_s"],
-            whisper_quick_min_confidence=p["asr.whisper.quick_min_confidence"],
-            whisper_quick_try_confidence=p["asr.whisper.quick_try_confidence"],
             moonshine_model_path=p["asr.moonshine.model_path"] or None,
             moonshine_threads=p["asr.moonshine.threads"],
             moonshine_partial_interval_ms=p["asr.moonshine.partial_interval_ms"],
