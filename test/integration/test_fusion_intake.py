@@ -80,21 +80,25 @@ def test_no_audio_chunk_is_lost_beside_a_640x480_camera_at_15_fps(ros_node, star
         what="microphone stopped",
     )
     sent = int(json.loads(published[-1].data)["published"])  # device counters are text
+
+    # Chunks published before fusion's subscription matched the microphone's (discovery under
+    # load can take over the second waited above) never arrive: the stream fusion followed
+    # began at its first chunk, whose sequence counts the blocks since activation.
+    def followed(counts: dict) -> int:
+        return sent - counts["audio_first_sequence"]
+
     try:
         fusion_status.wait_until(
-            lambda msgs: json.loads(msgs[-1].data)["audio_chunks"] >= sent,
+            lambda msgs: (counts := json.loads(msgs[-1].data))["audio_chunks"] >= followed(counts),
             timeout=10,
-            what=f"all {sent} chunks counted by fusion",
+            what=f"the chunks of the {sent} sent after the match counted by fusion",
         )
     except TimeoutError:
         pass  # the assertion below says what arrived
     counts = last(fusion_status)
     frames = counts["frames"] - frames_before
-    # Chunks published before fusion's subscription matched the microphone's (discovery under
-    # load can take over the second waited above) never arrive: the stream fusion followed
-    # began at its first chunk, whose sequence counts the blocks since activation.
     unmatched = counts["audio_first_sequence"]
-    sent -= unmatched
+    sent = followed(counts)
     report = (
         f"microphone published {sent} after fusion matched it ({unmatched} before), fusion "
         f"received {counts['audio_chunks']} (lost on the way: {counts['audio_lost']}); "
