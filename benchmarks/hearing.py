@@ -240,12 +240,9 @@ def main(argv: list[str] | None = None) -> int:
         if say_piper is not None:
             speech.append(("piper", i, text, say_piper(text)))
     longest = max(len(s) for *_, s in speech) + round((WARM_S + LEAD_S + 0.6) * RATE)
-    # Per sentence, how much longer its longest voice is than each voice (so that every voice
-    # of a sentence meets the same stretch of noise).
-    sentence_extra = {
-        (family, i): max(len(s) for _, j, _, s in speech if j == i) - len(samples)
-        for family, i, _, samples in speech
-    }
+    voiced = {}  # per sentence, the samples of its longest voice
+    for _, i, _, samples in speech:
+        voiced[i] = max(voiced.get(i, 0), len(samples))
     length = longest + args.tail_ms * RATE // 1000
     made = make_noises(length, seed=7)
     chosen = ["fan"] if args.quick else args.noises.split(",")
@@ -276,9 +273,10 @@ def main(argv: list[str] | None = None) -> int:
             for family, i, text, samples in speech:
                 # Each sentence its own stretch of the noise, as long as it needs; its voices
                 # start at the same place in it (the longest voice sets where it may start).
-                span = len(samples) + round((WARM_S + LEAD_S + (0.6 if far else 0.0)) * RATE)
-                span += args.tail_ms * RATE // 1000
-                offset = (i * 7919) % (len(noise) - span - sentence_extra[family, i] + 1)
+                around = round((WARM_S + LEAD_S + (0.6 if far else 0.0)) * RATE)
+                around += args.tail_ms * RATE // 1000
+                span = len(samples) + around
+                offset = (i * 7919) % (len(noise) - voiced[i] - around + 1)
                 mix, measured = room(samples, noise[offset : offset + span], snr, far, rate, i)
                 snr_errors.append(abs(measured - snr))
                 for name in denoisers:

@@ -84,21 +84,21 @@ def test_no_audio_chunk_is_lost_beside_a_640x480_camera_at_15_fps(ros_node, star
     # Chunks published before fusion's subscription matched the microphone's (discovery under
     # load can take over the second waited above) never arrive: the stream fusion followed
     # began at its first chunk, whose sequence counts the blocks since activation.
-    def followed(counts: dict) -> int:
-        return sent - counts["audio_first_sequence"]
+    def all_followed(counts: dict) -> bool:
+        return counts["audio_chunks"] >= sent - counts["audio_first_sequence"]
 
     try:
         fusion_status.wait_until(
-            lambda msgs: (counts := json.loads(msgs[-1].data))["audio_chunks"] >= followed(counts),
+            lambda msgs: all_followed(json.loads(msgs[-1].data)),
             timeout=10,
-            what=f"the chunks of the {sent} sent after the match counted by fusion",
+            what="every chunk sent after fusion matched the microphone, counted by fusion",
         )
     except TimeoutError:
         pass  # the assertion below says what arrived
     counts = last(fusion_status)
     frames = counts["frames"] - frames_before
     unmatched = counts["audio_first_sequence"]
-    sent = followed(counts)
+    sent -= unmatched
     report = (
         f"microphone published {sent} after fusion matched it ({unmatched} before), fusion "
         f"received {counts['audio_chunks']} (lost on the way: {counts['audio_lost']}); "
