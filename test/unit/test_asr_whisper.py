@@ -339,6 +339,28 @@ def test_a_window_outside_whispers_is_a_config_error() -> None:
             WhisperRecognizer(final_window_s=window_s)
 
 
+def test_drafts_and_finals_decode_with_the_nodes_repetition_limit(
+    whisper: WhisperRecognizer, noisy: dict[str, np.ndarray], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Drafts and finals decode with the node's ``asr.whisper.no_repeat_ngram_size``: in
+    babble Whisper loops on a background talker's phrase without it (benchmarks/hearing.py);
+    the node's default is the recogniser's."""
+    assert whisper.wait_idle(30)  # the worker's own decodes would show in the spy
+    model, asked = whisper._model, []
+    decode = model.transcribe
+
+    def spy(*args: object, **kwargs: object) -> object:
+        asked.append(kwargs["no_repeat_ngram_size"])
+        return decode(*args, **kwargs)
+
+    monkeypatch.setattr(model, "transcribe", spy)
+    assert words(whisper.decode_once(noisy[EXACT[0]]).text) == EXACT[0].split()
+    whisper.decode_once(noisy[EXACT[0]], draft=True)
+    assert asked == [defaults(ENGINE_PARAMS)["asr.whisper.no_repeat_ngram_size"]] * 2 == [3, 3]
+    with pytest.raises(ConfigError, match=r"no_repeat_ngram_size \(-1\)"):
+        WhisperRecognizer(no_repeat_ngram_size=-1)
+
+
 def test_a_cut_final_window_is_what_the_final_decode_reads(whisper: WhisperRecognizer) -> None:
     """The default finals read the whole window; ``final_window_s`` cuts what the encoder of
     a full decode reads, as ``draft_window_s`` does for drafts."""

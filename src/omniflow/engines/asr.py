@@ -793,9 +793,10 @@ class WhisperRecognizer(StreamingRecognizer):
     ``prompt_as``: how
     :meth:`set_prompt`'s words reach the decoder: ``hotwords`` (default) or
     ``initial_prompt``, faster-whisper's two ways into the previous-text context
-    (``benchmarks/scene_bias.py`` compares them). A loop at the end of a decode (a phrase
-    repeated until the token budget ran out, :func:`omniflow.core.text.loop_cut`) is cut
-    from its text and words. Loading takes 1-2 s: build one per stream.
+    (``benchmarks/scene_bias.py`` compares them). ``no_repeat_ngram_size``: the decoder never
+    says the same run of this many tokens twice (0: no limit); a loop that starts anyway (a
+    phrase repeated until the token budget ran out, :func:`omniflow.core.text.loop_cut`) is
+    cut from the text and words at the end of a decode. Loading takes 1-2 s: build one per stream.
     A missing model is a ConfigError, a model that does not load an EngineError.
     """
 
@@ -812,6 +813,7 @@ class WhisperRecognizer(StreamingRecognizer):
         draft_window_s: float = 10.0,
         final_window_s: float = 30.0,
         prompt_as: str = "hotwords",
+        no_repeat_ngram_size: int = 3,
     ) -> None:
         if prompt_as not in WHISPER_PROMPTS:
             raise ConfigError(
@@ -820,6 +822,7 @@ class WhisperRecognizer(StreamingRecognizer):
         if (
             threads < 1
             or beam_size < 1
+            or no_repeat_ngram_size < 0
             or partial_interval_ms < 0
             or finish_timeout_s <= 0
             or not 1.0 <= draft_window_s <= _WHISPER_WINDOW_S
@@ -827,7 +830,8 @@ class WhisperRecognizer(StreamingRecognizer):
         ):
             raise ConfigError(
                 f"threads ({threads}) and beam_size ({beam_size}) must be >= 1, "
-                f"partial_interval_ms ({partial_interval_ms}) >= 0, finish_timeout_s "
+                f"no_repeat_ngram_size ({no_repeat_ngram_size}) and partial_interval_ms "
+                f"({partial_interval_ms}) >= 0, finish_timeout_s "
                 f"({finish_timeout_s}) > 0, draft_window_s ({draft_window_s}) and "
                 f"final_window_s ({final_window_s}) within 1..30"
             )
@@ -850,7 +854,15 @@ class WhisperRecognizer(StreamingRecognizer):
         except (RuntimeError, ValueError, OSError) as err:
             raise EngineError(f"cannot load the Whisper model at {path}: {err}") from err
         super().__init__(
-            self._decode_fn(model, language, beam_size, draft_window_s, final_window_s, prompt_as),
+            self._decode_fn(
+                model,
+                language,
+                beam_size,
+                no_repeat_ngram_size,
+                draft_window_s,
+                final_window_s,
+                prompt_as,
+            ),
             name="Whisper",
             partial_interval_ms=partial_interval_ms,
             finish_timeout_s=finish_timeout_s,
@@ -865,6 +877,7 @@ class WhisperRecognizer(StreamingRecognizer):
         model: Any,
         language: str,
         beam_size: int,
+        no_repeat_ngram_size: int,
         draft_window_s: float,
         final_window_s: float,
         prompt_as: str,
@@ -882,6 +895,9 @@ class WhisperRecognizer(StreamingRecognizer):
                 # took up to 2.6 s without a cap): speech has 3-4 tokens a second, so it
                 # stops at 10 a second of audio, plus 10.
                 max_new_tokens=int(len(samples) / SAMPLE_RATE * 10) + 10,
+                # In babble it can also loop on a background talker's phrase ("Can you tell
+                # me what can you tell me what ..."): a run of tokens said twice is not taken.
+                no_repeat_ngram_size=no_repeat_ngram_size,
                 # No fallback: faster-whisper repeats a low-confidence decode at rising
                 # temperatures, up to 5 more times (a short "up." took 1-2 s in the graph);
                 # over benchmarks/asr.py's sentences, voices and 20/10 dB the words were the
@@ -926,6 +942,7 @@ def make_recognizer(
     whisper_model_path: str | Path | None = None,
     whisper_threads: int = 2,
     whisper_beam_size: int = 5,
+    whisper_no_repeat_ngram_size: int = 3,
     whisper_partial_interval_ms: int = 500,
     whisper_draft_window_s: float = 10.0,
     whisper_final_window_s: float = 30.0,
@@ -954,6 +971,7 @@ def make_recognizer(
             whisper_model_path,
             threads=whisper_threads,
             beam_size=whisper_beam_size,
+            no_repeat_ngram_size=whisper_no_repeat_ngram_size,
             partial_interval_ms=whisper_partial_interval_ms,
             draft_window_s=whisper_draft_window_s,
             final_window_s=whisper_final_window_s,
