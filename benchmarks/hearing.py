@@ -23,7 +23,9 @@ Method (prints one JSON object):
   resampled to 8 kHz and back to 16 kHz, as the capture node does for an 8 kHz microphone).
 - Recognisers: ``--models`` (default tiny.en), each as the fusion node runs it: tiny.en and
   base a ``WhisperRecognizer`` (2 threads, beam 5; ``asr.whisper.model``), ``moonshine``
-  the ``MoonshineRecognizer`` (``asr.engine: moonshine``, 2 threads), streamed with
+  the ``MoonshineRecognizer`` (``asr.engine: moonshine``, 2 threads); ``--no-repeat`` gives
+  the Whisper models' ``asr.whisper.no_repeat_ngram_size`` (several: each model with each,
+  named "tiny.en, no-repeat 0" and so on). All are streamed with
   ``benchmarks/asr.py``'s ``stream``: 40 ms chunks at real time, then ``end()`` and
   ``poll_final()`` every 10 ms; the noise goes on for ``--tail-ms`` after the speech (the
   VAD's closing silence). Each sentence is heard by every model and suppressor in turn
@@ -49,6 +51,7 @@ busy 2-core machine)::
     .venv/bin/python benchmarks/hearing.py --unpaced --denoise none,speex,rnnoise
     .venv/bin/python benchmarks/hearing.py --models tiny.en,base --noises fan,babble
     .venv/bin/python benchmarks/hearing.py --unpaced --models tiny.en,moonshine
+    .venv/bin/python benchmarks/hearing.py --unpaced --models tiny.en,base --no-repeat 0,3
 """
 
 from __future__ import annotations
@@ -70,6 +73,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 from make_sample_audio import synthesise  # noqa: E402
 
+from omniflow.core.params import defaults  # noqa: E402
 from omniflow.core.resample import resample_int16  # noqa: E402
 from omniflow.core.room_sounds import (  # noqa: E402
     babble_noise,
@@ -81,6 +85,7 @@ from omniflow.core.room_sounds import (  # noqa: E402
 from omniflow.core.text import edit_distance, words  # noqa: E402
 from omniflow.engines.asr import StreamingRecognizer, make_recognizer  # noqa: E402
 from omniflow.engines.denoise import make_denoiser  # noqa: E402
+from omniflow.engines.fusion_engines import ENGINE_PARAMS  # noqa: E402
 from omniflow.engines.whisper_models import whisper_model_dir  # noqa: E402
 
 SENTENCES = (*OPEN, COMMANDS[1], COMMANDS[4])
@@ -95,6 +100,7 @@ LEAD_S = 0.3
 # Room heard by the suppressor before each sentence's stretch (not by the recogniser).
 WARM_S = 1.0
 BLOCK = 640  # the fusion node's 40 ms chunk
+NO_REPEAT = defaults(ENGINE_PARAMS)["asr.whisper.no_repeat_ngram_size"]
 
 
 def piper_voice() -> tuple[Callable[[str], np.ndarray] | None, str]:
@@ -162,11 +168,16 @@ def suppressed(name: str, mix: np.ndarray, costs: list[float]) -> np.ndarray:
     return np.concatenate(out)[warm:]
 
 
-def recognizer(model: str) -> StreamingRecognizer:
-    """The recogniser ``--models`` names, as the fusion node builds it."""
+def recognizer(model: str, no_repeat: int) -> StreamingRecognizer:
+    """The recogniser ``--models`` names, as the fusion node builds it (Whisper with
+    ``asr.whisper.no_repeat_ngram_size`` ``no_repeat``)."""
     if model == "moonshine":
         return make_recognizer("moonshine")
-    return make_recognizer("whisper", whisper_model_path=whisper_model_dir(model)[0])
+    return make_recognizer(
+        "whisper",
+        whisper_model_path=whisper_model_dir(model)[0],
+        whisper_no_repeat_ngram_size=no_repeat,
+    )
 
 
 def hear(rec: StreamingRecognizer, mix: np.ndarray, paced: bool) -> tuple[str, float, float]:
@@ -191,6 +202,12 @@ def main(argv: list[str] | None = None) -> int:
         help="comma-separated recognisers: the Whisper models tiny.en, base; moonshine",
     )
     parser.add_argument(
+        "--no-repeat",
+        default=str(NO_REPEAT),
+        help="comma-separated values of asr.whisper.no_repeat_ngram_size to compare, each "
+        f"with every Whisper model (default {NO_REPEAT}, the node's)",
+    )
+    parser.add_argument(
         "--denoise",
         default="none",
         help="comma-separated suppressors to compare (none,speex,rnnoise); default none",
@@ -211,6 +228,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args(argv)
     models = args.models.split(",")
+    try:
+        no_repeats = [int(n) for n in args.no_repeat.split(",")]
+    except ValueError:
+        no_repeats = [-1]
+    if min(no_repeats) < 0 or len(set(no_repeats)) < len(no_repeats):
+        parser.error(f"--no-repeat takes distinct whole numbers >= 0: {args.no_repeat}")
     denoisers = args.denoise.split(",")
     for option, given, allowed in (
         ("--models", models, ("tiny.en", "base", "moonshine")),
@@ -249,8 +272,13 @@ def main(argv: list[str] | None = None) -> int:
     noises = {name: made[name] for name in chosen}
     snrs = (10.0,) if args.quick else SNRS_DB
     distances = [d == "far" for d in args.distances.split(",")]
-    recs = {m: recognizer(m) for m in models}
-    listeners = list(itertools.product(models, denoisers))
+    # Each Whisper model once per --no-repeat value, named after it when there are several.
+    recs = {}
+    for model in models:
+        for n in no_repeats[:1] if model == "moonshine" else no_repeats:
+            several = len(no_repeats) > 1 and model != "moonshine"
+            recs[f"{model}, no-repeat {n}" if several else model] = recognizer(model, n)
+    listeners = list(itertools.product(recs, denoisers))
     conditions: list[dict[str, Any]] = []
     every = {who: {"latency": [], "decode": []} for who in listeners}
     snr_errors: list[float] = []
@@ -378,8 +406,11 @@ def main(argv: list[str] | None = None) -> int:
         ours["ratio_to_first"] = vs
     result = {
         "recognisers": [
-            "moonshine base, 2 threads" if m == "moonshine" else f"whisper {m}, 2 threads, beam 5"
+            "moonshine base, 2 threads"
+            if m == "moonshine"
+            else f"whisper {m}, 2 threads, beam 5, no_repeat_ngram_size {n}"
             for m in models
+            for n in (no_repeats[:1] if m == "moonshine" else no_repeats)
         ],
         "denoise": denoisers,
         "voices": {
