@@ -273,11 +273,16 @@ def main(argv: list[str] | None = None) -> int:
     snrs = (10.0,) if args.quick else SNRS_DB
     distances = [d == "far" for d in args.distances.split(",")]
     # Each Whisper model once per --no-repeat value, named after it when there are several.
-    recs = {}
+    recs, described = {}, []
     for model in models:
         for n in no_repeats[:1] if model == "moonshine" else no_repeats:
             several = len(no_repeats) > 1 and model != "moonshine"
             recs[f"{model}, no-repeat {n}" if several else model] = recognizer(model, n)
+            described.append(
+                "moonshine base, 2 threads"
+                if model == "moonshine"
+                else f"whisper {model}, 2 threads, beam 5, no_repeat_ngram_size {n}"
+            )
     listeners = list(itertools.product(recs, denoisers))
     conditions: list[dict[str, Any]] = []
     every = {who: {"latency": [], "decode": []} for who in listeners}
@@ -405,13 +410,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
         ours["ratio_to_first"] = vs
     result = {
-        "recognisers": [
-            "moonshine base, 2 threads"
-            if m == "moonshine"
-            else f"whisper {m}, 2 threads, beam 5, no_repeat_ngram_size {n}"
-            for m in models
-            for n in (no_repeats[:1] if m == "moonshine" else no_repeats)
-        ],
+        "recognisers": described,
         "denoise": denoisers,
         "voices": {
             "espeak": list(VOICES) if "espeak" in families else [],
