@@ -228,12 +228,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args(argv)
     models = args.models.split(",")
-    try:
-        no_repeats = [int(n) for n in args.no_repeat.split(",")]
-    except ValueError:
-        no_repeats = [-1]
-    if min(no_repeats) < 0 or len(set(no_repeats)) < len(no_repeats):
+    given = args.no_repeat.split(",")
+    if not all(n.isdigit() for n in given) or len(set(given)) < len(given):
         parser.error(f"--no-repeat takes distinct whole numbers >= 0: {args.no_repeat}")
+    no_repeats = [int(n) for n in given]
     denoisers = args.denoise.split(",")
     for option, given, allowed in (
         ("--models", models, ("tiny.en", "base", "moonshine")),
@@ -275,9 +273,9 @@ def main(argv: list[str] | None = None) -> int:
     # Each Whisper model once per --no-repeat value, named after it when there are several.
     recs, described = {}, []
     for model in models:
-        for n in no_repeats[:1] if model == "moonshine" else no_repeats:
-            several = len(no_repeats) > 1 and model != "moonshine"
-            recs[f"{model}, no-repeat {n}" if several else model] = recognizer(model, n)
+        sizes = no_repeats[:1] if model == "moonshine" else no_repeats
+        for n in sizes:
+            recs[f"{model}, no-repeat {n}" if len(sizes) > 1 else model] = recognizer(model, n)
             described.append(
                 "moonshine base, 2 threads"
                 if model == "moonshine"
