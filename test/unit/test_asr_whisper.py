@@ -361,20 +361,28 @@ def test_drafts_and_finals_decode_with_the_nodes_repetition_limit(
         WhisperRecognizer(no_repeat_ngram_size=-1)
 
 
-def test_a_cut_final_window_is_what_the_final_decode_reads(whisper: WhisperRecognizer) -> None:
-    """The default finals read the whole window; ``final_window_s`` cuts what the encoder of
-    a full decode reads, as ``draft_window_s`` does for drafts."""
+def test_a_cut_window_is_read_with_the_paddings_encoding_after_it(
+    whisper: WhisperRecognizer, noisy: dict[str, np.ndarray]
+) -> None:
+    """``final_window_s`` and ``draft_window_s`` cut what the encoder reads; the decoder
+    still reads a whole window's encoding: the cut one's positions, then those of the
+    padding alone, the same for every window. A cut final hears the words."""
     model = whisper._model
     assert whisper.wait_idle(30)  # the worker's decodes set the same model's window
     whisper.decode_once(np.zeros(16_000, dtype=np.int16))
     assert model.frames == 3000
-    cut = WhisperRecognizer(threads=2, final_window_s=20.0)
+    cut = WhisperRecognizer(threads=2, final_window_s=10.0)
     try:
         assert cut.wait_idle(30)  # past its warm-up decodes
-        cut.decode_once(np.zeros(16_000, dtype=np.int16))
-        assert cut._model.frames == 2000
-        cut.decode_once(np.zeros(16_000, dtype=np.int16), draft=True)
-        assert cut._model.frames == encoder_frames(16_000, DRAFT_WINDOW_S)
+        speech = noisy[EXACT[1]]
+        assert words(cut.decode_once(speech).text) == EXACT[1].split()
+        window, padding = cut._model._window, cut._model._padding
+        assert cut._model.frames == 1000
+        assert window.shape == padding.shape == (1, 1500, padding.shape[2])
+        assert np.array_equal(window[:, 500:], padding[:, 500:])
+        assert not np.array_equal(window[:, :500], padding[:, :500])
+        cut.decode_once(speech, draft=True)
+        assert cut._model.frames == encoder_frames(len(speech), DRAFT_WINDOW_S)
     finally:
         cut.close()
 

@@ -22,13 +22,15 @@ vocabulary, punctuated text, word times (CTranslate2's idle OpenMP threads sleep
 reads the whole utterance so far, padded to its 30 s window, and costs about 0.3-0.6 s here
 whatever the length. Most of that is the encoder reading the padding. So there are two
 kinds of decode: a *draft* (a partial while the user speaks) reads only ``draft_window_s``
-of the window (:func:`encoder_frames`), greedily and without word times, about 5x cheaper;
+of the window (:func:`encoder_frames`), greedily and without word times, about 3x cheaper;
 a *full* decode (at a pause, or at the end) reads ``final_window_s`` (by default the whole
-window) with the beam search and word times, and only a full decode becomes a final. A cut
-window costs words (in ``benchmarks/asr.py``, finals from a 10 s window had a word error
-rate of 0.47 against 0.35 from the whole window; from 20 s, 0.6x of the time, 0.47 against
-0.35: "stop" heard as "It's time."), which is why finals read the whole window unless told;
-drafts only feed the partial transcript and the dialogue's evaluation ahead. It decodes on
+window) with the beam search and word times, and only a full decode becomes a final. The
+decoder reads the rest of a cut window from the encoding of the padding alone
+(:func:`_windowed_model_class`). A cut window still costs words: in the rooms of
+``benchmarks/hearing.py`` (tiny.en, 16 kHz, 20 / 10 dB), finals from a 10 s window had a
+word error rate of 0.17 / 0.36 against 0.14 / 0.32 from the whole window (at 8 kHz 0.28 /
+0.50 against 0.28 / 0.55), in half the time; so finals read the whole window unless told,
+and drafts only feed the partial transcript and the dialogue's evaluation ahead. It decodes on
 a worker thread of its own, and ``feed`` (and ``end``, below) stay cheap on the caller's
 thread:
 
@@ -352,16 +354,33 @@ def _windowed_model_class(fw: Any) -> type:
     encoder's cost grows with the window, not with the speech: most of a short utterance's
     decode goes to encoding silence. CTranslate2's encoder takes a shorter input (its
     positions are the window's first ones), so the padding is cut to ``frames`` before
-    the encoder sees it; the decoder and the word alignment read what the encoder gave.
+    the encoder sees it. The decoder was trained to read a whole window's encoding, so the
+    positions the cut leaves out are filled in from the encoding of the padding alone
+    (every window is padded with the same zero features: that encoding is computed once,
+    at the first cut window), and the decoder and the word alignment read a whole window
+    again: in the rooms of ``benchmarks/hearing.py`` drafts from a 10 s window heard fewer
+    words wrong filled in than cut (16 kHz, 10 dB: 0.37 against 0.41; benchmarks/README.md).
     """
+    import ctranslate2  # faster-whisper's own dependency
 
     class WindowedWhisperModel(fw.WhisperModel):
         frames: int | None = None  # None: the whole window
+        _padding: np.ndarray | None = None  # the encoding of a window of padding alone
+        _window: np.ndarray | None = None  # the last cut window's encoding, filled in
 
         def encode(self, features: np.ndarray) -> Any:
-            if self.frames is not None:
-                features = features[..., : self.frames]
-            return super().encode(features)
+            whole = features.shape[-1]
+            if self.frames is None or self.frames >= whole:
+                return super().encode(features)
+            if self._padding is None:
+                self._padding = np.asarray(super().encode(np.zeros_like(features)))
+                self._window = np.empty_like(self._padding)
+            head = np.asarray(super().encode(features[..., : self.frames]))
+            # The window is refilled in place: CTranslate2 reads the array's memory (the
+            # view below does not copy it), so it lives on the model, one per recogniser.
+            self._window[:] = self._padding
+            self._window[:, : head.shape[1]] = head
+            return ctranslate2.StorageView.from_array(self._window)
 
     return WindowedWhisperModel
 

@@ -179,8 +179,8 @@ ENGINE_PARAMS = (
         "asr.whisper.draft_window_s",
         10.0,
         "Seconds of Whisper's 30 s window a partial transcript's encoder reads (greedy, "
-        "no word times), never less than the speech and 1 s; finals read "
-        "asr.whisper.final_window_s",
+        "no word times), never less than the speech and 1 s, the rest of the window read "
+        "from the padding's encoding; finals read asr.whisper.final_window_s",
         unit="s",
         minimum=1.0,
         maximum=30.0,
@@ -190,8 +190,11 @@ ENGINE_PARAMS = (
         "asr.whisper.final_window_s",
         30.0,
         "Seconds of Whisper's 30 s window a full decode's encoder reads (the decode that "
-        "becomes the final transcript), never less than the speech and 1 s: 20 took 0.6x "
-        "of the time of 30 and heard more words wrong (benchmarks/asr.py)",
+        "becomes the final transcript), never less than the speech and 1 s, the rest read "
+        "from the padding's encoding: 10 took half the time of 30 (end of speech -> "
+        "speaker 0.68x in the graph: benchmarks/session_replay.py --baseline final-window) "
+        "and heard more words wrong at 16 kHz, fewer at 8 kHz (benchmarks/hearing.py "
+        "--final-window 30,10)",
         unit="s",
         minimum=1.0,
         maximum=30.0,
