@@ -24,8 +24,9 @@ Method (prints one JSON object):
 - Recognisers: ``--models`` (default tiny.en), each as the fusion node runs it: tiny.en and
   base a ``WhisperRecognizer`` (2 threads, beam 5; ``asr.whisper.model``), ``moonshine``
   the ``MoonshineRecognizer`` (``asr.engine: moonshine``, 2 threads); ``--no-repeat`` gives
-  the Whisper models' ``asr.whisper.no_repeat_ngram_size`` (several: each model with each,
-  named "tiny.en, no-repeat 0" and so on). All are streamed with
+  the Whisper models' ``asr.whisper.no_repeat_ngram_size`` and ``--final-window`` their
+  ``asr.whisper.final_window_s`` (several: each model with each, named "tiny.en, no-repeat
+  0", "tiny.en, final window 10" and so on). All are streamed with
   ``benchmarks/asr.py``'s ``stream``: 40 ms chunks at real time, then ``end()`` and
   ``poll_final()`` every 10 ms; the noise goes on for ``--tail-ms`` after the speech (the
   VAD's closing silence). Each sentence is heard by every model and suppressor in turn
@@ -52,6 +53,7 @@ busy 2-core machine)::
     .venv/bin/python benchmarks/hearing.py --models tiny.en,base --noises fan,babble
     .venv/bin/python benchmarks/hearing.py --unpaced --models tiny.en,moonshine
     .venv/bin/python benchmarks/hearing.py --unpaced --models tiny.en,base --no-repeat 0,3
+    .venv/bin/python benchmarks/hearing.py --unpaced --final-window 30,10
 """
 
 from __future__ import annotations
@@ -101,6 +103,7 @@ LEAD_S = 0.3
 WARM_S = 1.0
 BLOCK = 640  # the fusion node's 40 ms chunk
 NO_REPEAT = defaults(ENGINE_PARAMS)["asr.whisper.no_repeat_ngram_size"]
+FINAL_WINDOW_S = defaults(ENGINE_PARAMS)["asr.whisper.final_window_s"]
 
 
 def piper_voice() -> tuple[Callable[[str], np.ndarray] | None, str]:
@@ -168,15 +171,17 @@ def suppressed(name: str, mix: np.ndarray, costs: list[float]) -> np.ndarray:
     return np.concatenate(out)[warm:]
 
 
-def recognizer(model: str, no_repeat: int) -> StreamingRecognizer:
+def recognizer(model: str, no_repeat: int, final_window_s: float) -> StreamingRecognizer:
     """The recogniser ``--models`` names, as the fusion node builds it (Whisper with
-    ``asr.whisper.no_repeat_ngram_size`` ``no_repeat``)."""
+    ``asr.whisper.no_repeat_ngram_size`` ``no_repeat`` and ``asr.whisper.final_window_s``
+    ``final_window_s``)."""
     if model == "moonshine":
         return make_recognizer("moonshine")
     return make_recognizer(
         "whisper",
         whisper_model_path=whisper_model_dir(model)[0],
         whisper_no_repeat_ngram_size=no_repeat,
+        whisper_final_window_s=final_window_s,
     )
 
 
@@ -208,6 +213,12 @@ def main(argv: list[str] | None = None) -> int:
         f"with every Whisper model (default {NO_REPEAT}, the node's)",
     )
     parser.add_argument(
+        "--final-window",
+        default=f"{FINAL_WINDOW_S:g}",
+        help="comma-separated values of asr.whisper.final_window_s (s) to compare, each with "
+        f"every Whisper model (default {FINAL_WINDOW_S:g}, the node's)",
+    )
+    parser.add_argument(
         "--denoise",
         default="none",
         help="comma-separated suppressors to compare (none,speex,rnnoise); default none",
@@ -232,6 +243,13 @@ def main(argv: list[str] | None = None) -> int:
     if not all(n.isdigit() for n in given) or len(set(given)) < len(given):
         parser.error(f"--no-repeat takes distinct whole numbers >= 0: {args.no_repeat}")
     no_repeats = [int(n) for n in given]
+    given = args.final_window.split(",")
+    try:
+        windows = [float(w) for w in given]
+    except ValueError:
+        windows = []
+    if not windows or not all(1 <= w <= 30 for w in windows) or len(set(windows)) < len(given):
+        parser.error(f"--final-window takes distinct seconds within 1..30: {args.final_window}")
     denoisers = args.denoise.split(",")
     for option, given, allowed in (
         ("--models", models, ("tiny.en", "base", "moonshine")),
@@ -270,16 +288,22 @@ def main(argv: list[str] | None = None) -> int:
     noises = {name: made[name] for name in chosen}
     snrs = (10.0,) if args.quick else SNRS_DB
     distances = [d == "far" for d in args.distances.split(",")]
-    # Each Whisper model once per --no-repeat value, named after it when there are several.
+    # Each Whisper model once per --no-repeat and --final-window value, named after the
+    # options given several values.
+    variants = list(itertools.product(no_repeats, windows))
     recs, described = {}, []
     for model in models:
-        sizes = no_repeats[:1] if model == "moonshine" else no_repeats
-        for n in sizes:
-            recs[f"{model}, no-repeat {n}" if len(sizes) > 1 else model] = recognizer(model, n)
+        for n, w in variants[:1] if model == "moonshine" else variants:
+            tags = [f"no-repeat {n}"] * (len(no_repeats) > 1)
+            tags += [f"final window {w:g}"] * (len(windows) > 1)
+            recs[", ".join([model, *tags]) if model != "moonshine" else model] = recognizer(
+                model, n, w
+            )
             described.append(
                 "moonshine base, 2 threads"
                 if model == "moonshine"
-                else f"whisper {model}, 2 threads, beam 5, no_repeat_ngram_size {n}"
+                else f"whisper {model}, 2 threads, beam 5, no_repeat_ngram_size {n}, "
+                f"final_window_s {w:g}"
             )
     listeners = list(itertools.product(recs, denoisers))
     conditions: list[dict[str, Any]] = []

@@ -17,9 +17,10 @@ one of ``BASELINES``: ``turn-taking`` before the semantic end of turn (``vad.min
 400, the dialogue answering every final at once), ``partials`` before the draft partials and
 vision's yield (``asr.whisper.draft_window_s`` 30, ``vision.turn_yield_ms`` 0), or the other
 recogniser, ``moonshine`` (``asr.engine`` moonshine), or ``answer-ahead``, without the answer
-started while the end-of-turn wait runs (``end_of_turn.answer_ahead`` false); it gives each
-stage's median beside the defaults' and their ratio. ``--set NODE:NAME=VALUE`` changes a
-parameter in both (the answer ahead against none, with Moonshine: ``--set
+started while the end-of-turn wait runs (``end_of_turn.answer_ahead`` false), or
+``final-window``, finals from a cut 10 s encoder window (``asr.whisper.final_window_s``); it
+gives each stage's median beside the defaults' and their ratio. ``--set NODE:NAME=VALUE``
+changes a parameter in both (the answer ahead against none, with Moonshine: ``--set
 fusion:asr.engine=moonshine --set dialogue:end_of_turn.answer_ahead=true --baseline
 answer-ahead``).
 
@@ -46,7 +47,8 @@ from omniflow import demo, report
 # draft partials and vision's yield at the end of a turn (partials read Whisper's whole
 # window, frames encoded throughout); "moonshine", the other open-vocabulary recogniser;
 # "answer-ahead", without the answer started while the end-of-turn wait runs (off by
-# default: measure it with --set dialogue:end_of_turn.answer_ahead=true).
+# default: measure it with --set dialogue:end_of_turn.answer_ahead=true); "final-window",
+# Whisper's finals from a 10 s encoder window (faster, more words wrong at 16 kHz).
 BASELINES = {
     "turn-taking": {
         "fusion": {"vad.min_silence_ms": 400},
@@ -55,6 +57,7 @@ BASELINES = {
     "partials": {"fusion": {"asr.whisper.draft_window_s": 30.0, "vision.turn_yield_ms": 0}},
     "moonshine": {"fusion": {"asr.engine": "moonshine"}},
     "answer-ahead": {"dialogue": {"end_of_turn.answer_ahead": False}},
+    "final-window": {"fusion": {"asr.whisper.final_window_s": 10.0}},
 }
 
 
