@@ -24,9 +24,11 @@ Method (prints one JSON object):
 - Recognisers: ``--models`` (default tiny.en), each as the fusion node runs it: tiny.en and
   base a ``WhisperRecognizer`` (2 threads, beam 5; ``asr.whisper.model``), ``moonshine``
   the ``MoonshineRecognizer`` (``asr.engine: moonshine``, 2 threads); ``--no-repeat`` gives
-  the Whisper models' ``asr.whisper.no_repeat_ngram_size`` and ``--final-window`` their
-  ``asr.whisper.final_window_s`` (several: each model with each, named "tiny.en, no-repeat
-  0", "tiny.en, final window 10" and so on). All are streamed with
+  the Whisper models' ``asr.whisper.no_repeat_ngram_size`` and ``--final-window`` the
+  window their finals read at both rates (several: each model with each, named "tiny.en,
+  no-repeat 0", "tiny.en, final window 10" and so on; without it, the node's
+  ``asr.whisper.final_window_s`` at 16 kHz and ``band_limited_final_window_s`` at 8 kHz, the
+  recogniser told the source's band as the fusion node tells it). All are streamed with
   ``benchmarks/asr.py``'s ``stream``: 40 ms chunks at real time, then ``end()`` and
   ``poll_final()`` every 10 ms; the noise goes on for ``--tail-ms`` after the speech (the
   VAD's closing silence). Each sentence is heard by every model and suppressor in turn
@@ -103,7 +105,6 @@ LEAD_S = 0.3
 WARM_S = 1.0
 BLOCK = 640  # the fusion node's 40 ms chunk
 NO_REPEAT = defaults(ENGINE_PARAMS)["asr.whisper.no_repeat_ngram_size"]
-FINAL_WINDOW_S = defaults(ENGINE_PARAMS)["asr.whisper.final_window_s"]
 
 
 def piper_voice() -> tuple[Callable[[str], np.ndarray] | None, str]:
@@ -171,17 +172,21 @@ def suppressed(name: str, mix: np.ndarray, costs: list[float]) -> np.ndarray:
     return np.concatenate(out)[warm:]
 
 
-def recognizer(model: str, no_repeat: int, final_window_s: float) -> StreamingRecognizer:
+def recognizer(model: str, no_repeat: int, final_window_s: float | None) -> StreamingRecognizer:
     """The recogniser ``--models`` names, as the fusion node builds it (Whisper with
-    ``asr.whisper.no_repeat_ngram_size`` ``no_repeat`` and ``asr.whisper.final_window_s``
-    ``final_window_s``)."""
+    ``asr.whisper.no_repeat_ngram_size`` ``no_repeat``, its finals reading
+    ``final_window_s`` whatever the band; None: the node's windows)."""
     if model == "moonshine":
         return make_recognizer("moonshine")
+    node = defaults(ENGINE_PARAMS)
     return make_recognizer(
         "whisper",
         whisper_model_path=whisper_model_dir(model)[0],
         whisper_no_repeat_ngram_size=no_repeat,
-        whisper_final_window_s=final_window_s,
+        whisper_final_window_s=final_window_s or node["asr.whisper.final_window_s"],
+        whisper_band_limited_final_window_s=(
+            final_window_s or node["asr.whisper.band_limited_final_window_s"]
+        ),
     )
 
 
@@ -214,9 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--final-window",
-        default=f"{FINAL_WINDOW_S:g}",
-        help="comma-separated values of asr.whisper.final_window_s (s) to compare, each with "
-        f"every Whisper model (default {FINAL_WINDOW_S:g}, the node's)",
+        help="comma-separated seconds of encoder window for the finals at both rates, to "
+        "compare, each with every Whisper model (default: the node's, by the source's band)",
     )
     parser.add_argument(
         "--denoise",
@@ -243,13 +247,15 @@ def main(argv: list[str] | None = None) -> int:
     if not all(n.isdigit() for n in given) or len(set(given)) < len(given):
         parser.error(f"--no-repeat takes distinct whole numbers >= 0: {args.no_repeat}")
     no_repeats = [int(n) for n in given]
-    given = args.final_window.split(",")
-    try:
-        windows = [float(w) for w in given]
-    except ValueError:
-        windows = []
-    if not windows or not all(1 <= w <= 30 for w in windows) or len(set(windows)) < len(given):
-        parser.error(f"--final-window takes distinct seconds within 1..30: {args.final_window}")
+    windows: list[float | None] = [None]
+    if args.final_window is not None:
+        given = args.final_window.split(",")
+        try:
+            windows = [float(w) for w in given]
+        except ValueError:
+            windows = []
+        if not windows or not all(1 <= w <= 30 for w in windows) or len(set(windows)) < len(given):
+            parser.error(f"--final-window takes distinct seconds within 1..30: {args.final_window}")
     denoisers = args.denoise.split(",")
     for option, given, allowed in (
         ("--models", models, ("tiny.en", "base", "moonshine")),
@@ -294,8 +300,8 @@ def main(argv: list[str] | None = None) -> int:
     recs, described = {}, []
     for model in models:
         for n, w in variants[:1] if model == "moonshine" else variants:
-            tags = [f"no-repeat {n}"] * (len(no_repeats) > 1)
-            tags += [f"final window {w:g}"] * (len(windows) > 1)
+            tags = [f"no-repeat {n}"] if len(no_repeats) > 1 else []
+            tags += [f"final window {w:g}"] if len(windows) > 1 else []
             recs[", ".join([model, *tags]) if model != "moonshine" else model] = recognizer(
                 model, n, w
             )
@@ -303,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
                 "moonshine base, 2 threads"
                 if model == "moonshine"
                 else f"whisper {model}, 2 threads, beam 5, no_repeat_ngram_size {n}, "
-                f"final_window_s {w:g}"
+                + (f"final window {w:g} s" if w else "the node's final windows")
             )
     listeners = list(itertools.product(recs, denoisers))
     conditions: list[dict[str, Any]] = []
@@ -314,6 +320,8 @@ def main(argv: list[str] | None = None) -> int:
         for rate, (noise_name, noise), snr, far in itertools.product(
             (16_000, 8000), noises.items(), snrs, distances
         ):
+            for rec in recs.values():  # as the fusion node tells it the source's band
+                rec.set_band_limited(rate < RATE)
             heard = {
                 who: {
                     "errors": 0,

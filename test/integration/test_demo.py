@@ -57,13 +57,16 @@ def test_demo_prints_transcript_frames_latency_and_writes_the_report(tmp_path, i
 def test_demo_hears_a_telephone_band_8k_wav_and_names_its_band(tmp_path):
     """An 8 kHz WAV (the committed question, band-limited as a telephone line would) through
     ``omniflow demo --audio``: the fusion node takes the 8 kHz chunks over DDS, resamples
-    them, reports the band in its diagnostics and hears the words."""
+    them, reports the band in its diagnostics (and the shorter window Whisper's finals read
+    from it) and hears the words."""
     import numpy as np
     import soundfile
     from scipy.signal import resample_poly
 
     from omniflow.bag import BagReader
+    from omniflow.core.params import defaults
     from omniflow.core.text import edit_distance, words
+    from omniflow.engines.fusion_engines import ENGINE_PARAMS
 
     speech, rate = soundfile.read(str(sample("hello.wav")), dtype="float64")
     assert rate == 16_000
@@ -102,6 +105,8 @@ def test_demo_hears_a_telephone_band_8k_wav_and_names_its_band(tmp_path):
     assert fusion[-1]["audio_source_rate_hz"] == "8000"
     assert fusion[-1]["audio_band_hz"] == "4000"
     assert fusion[-1]["audio_band_limited"] == "True"
+    window_s = defaults(ENGINE_PARAMS)["asr.whisper.band_limited_final_window_s"]
+    assert fusion[-1]["asr_final_window_s"] == str(window_s) != "30.0"
     assert fusion[-1]["rejected_audio"] == "0"
 
 

@@ -387,6 +387,28 @@ def test_a_cut_window_is_read_with_the_paddings_encoding_after_it(
         cut.close()
 
 
+def test_a_band_limited_source_has_its_finals_read_its_own_window(
+    whisper: WhisperRecognizer, noisy: dict[str, np.ndarray]
+) -> None:
+    """While the fusion node says the source is band-limited (an 8 kHz microphone), full
+    decodes read ``band_limited_final_window_s`` (the node's default), drafts their own."""
+    model, speech = whisper._model, noisy[EXACT[1]]
+    assert whisper.wait_idle(30)  # the worker's decodes set the same model's window
+    window_s = defaults(ENGINE_PARAMS)["asr.whisper.band_limited_final_window_s"]
+    whisper.set_band_limited(True)
+    try:
+        assert words(whisper.decode_once(speech).text) == EXACT[1].split()
+        assert model.frames == encoder_frames(len(speech), window_s) < 3000
+        whisper.decode_once(speech, draft=True)
+        assert model.frames == encoder_frames(len(speech), DRAFT_WINDOW_S)
+    finally:
+        whisper.set_band_limited(False)
+    whisper.decode_once(speech)
+    assert model.frames == 3000
+    with pytest.raises(ConfigError, match=r"band_limited_final_window_s \(40"):
+        WhisperRecognizer(band_limited_final_window_s=40.0)
+
+
 def test_misuse_and_bad_input_are_typed_errors(whisper: WhisperRecognizer) -> None:
     with pytest.raises(EngineError, match="start"):
         whisper.feed(np.zeros(640, dtype=np.int16))

@@ -60,7 +60,8 @@ class FusionNode(LifecycleBase):
             48 kHz sources (a telephone-band microphone) are resampled to 16 kHz chunk by
             chunk, each chunk keeping its stamp and duration, and ``~/status`` names the
             source's rate and band (``audio_source_rate_hz``, ``audio_band_hz``,
-            ``audio_band_limited``: below 16 kHz the speech above half the rate is missing).
+            ``audio_band_limited``: below 16 kHz the speech above half the rate is missing;
+            ``asr_final_window_s``: the encoder window Whisper's finals then read).
             ``image_raw`` (sensor_msgs/Image, best effort, keep last 2): rgb8, bgr8 or mono8,
             at most ``image.max_pixels``; converted to RGB by cv_bridge when it imports, by
             ``omniflow.core.image_codec`` otherwise.
@@ -162,6 +163,7 @@ class FusionNode(LifecycleBase):
         if item is None:
             return
         if self._source_rate.band_hz != band:
+            self._tell_band(self._pipeline)
             self.get_logger().info(self._band_note())
         with self._lock:
             self.stats.audio_chunks += 1
@@ -185,13 +187,20 @@ class FusionNode(LifecycleBase):
             return problem, None
         return None, self._source_rate.convert(msg.sample_rate, samples)
 
+    def _tell_band(self, pipeline: FusionPipeline | None) -> None:
+        """The recogniser hears a band-limited source its own way (Whisper: a shorter final
+        window, ``asr.whisper.band_limited_final_window_s``)."""
+        if pipeline is not None and pipeline.engines.recognizer is not None:
+            pipeline.engines.recognizer.set_band_limited(self._source_rate.band_limited)
+
     def _band_note(self) -> str:
         rate = self._source_rate
         if not rate.band_limited:
             return f"audio at {rate.source_rate} Hz: full band for the recogniser"
         return (
             f"audio at {rate.source_rate} Hz: resampled to {SAMPLE_RATE} Hz; a band-limited "
-            f"source (nothing above {rate.band_hz} Hz), so expect more recognition errors"
+            f"source (nothing above {rate.band_hz} Hz), so expect more recognition errors "
+            "(Whisper's finals read asr.whisper.band_limited_final_window_s)"
         )
 
     def _on_played(self, msg: AudioChunk, info: dict) -> None:
@@ -244,6 +253,7 @@ class FusionNode(LifecycleBase):
                 first_utterance_id=self._next_utterance,
                 source=self,
             )
+            self._tell_band(self._pipeline)  # a source heard before this configure
         self._events = messages.EventPublisher(self, EVENTS, p["vad.max_utterance_s"], _THROTTLE_S)
         return describe_engines(engines, p)
 
@@ -319,6 +329,7 @@ class FusionNode(LifecycleBase):
     # ----------------------------------------------------------------- reporting
     def summary(self) -> dict[str, object]:
         pipeline = self._pipeline
+        asr = pipeline.engines.recognizer if pipeline is not None else None
         with self._lock:
             return {
                 "state": self.state_text,
@@ -328,6 +339,8 @@ class FusionNode(LifecycleBase):
                 "audio_source_rate_hz": self._source_rate.source_rate or 0,
                 "audio_band_hz": self._source_rate.band_hz or 0,
                 "audio_band_limited": self._source_rate.band_limited,
+                # Whisper's: the window its finals read now, by the band (else empty).
+                "asr_final_window_s": getattr(asr, "final_window_s", ""),
                 "audio_buffer": len(self._audio_in)
                 + (pipeline.pending_audio if pipeline is not None else 0),
                 "frame_buffer": int(self._frame_in is not None),
