@@ -442,7 +442,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--audio",
         type=Path,
-        help="a sound file (any rate: resampled to 16 kHz mono) instead of a bag; needs --video",
+        help="a sound file instead of a bag (mono; 16 kHz and above resampled to 16 kHz, "
+        "a band-limited rate such as 8 kHz kept, as its microphone would publish it); needs "
+        "--video",
     )
     parser.add_argument("--video", type=Path, help="a video file; needs --audio")
     parser.add_argument(
