@@ -300,11 +300,11 @@ def main(argv: list[str] | None = None) -> int:
     recs, described = {}, []
     for model in models:
         for n, w in variants[:1] if model == "moonshine" else variants:
-            tags = [f"no-repeat {n}"] if len(no_repeats) > 1 else []
-            tags += [f"final window {w:g}"] if len(windows) > 1 else []
-            recs[", ".join([model, *tags]) if model != "moonshine" else model] = recognizer(
-                model, n, w
-            )
+            name = model
+            if model != "moonshine":
+                name += f", no-repeat {n}" if len(no_repeats) > 1 else ""
+                name += f", final window {w:g}" if len(windows) > 1 else ""
+            recs[name] = recognizer(model, n, w)
             described.append(
                 "moonshine base, 2 threads"
                 if model == "moonshine"
