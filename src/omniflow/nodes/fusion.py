@@ -12,7 +12,12 @@ from sensor_msgs.msg import Image
 
 from omniflow.core.audio_continuity import AudioContinuity
 from omniflow.core.fusion_events import FusionStats
-from omniflow.core.fusion_pipeline import PIPELINE_PARAMS, FusionConfig, FusionPipeline
+from omniflow.core.fusion_pipeline import (
+    PIPELINE_PARAMS,
+    FusionConfig,
+    FusionPipeline,
+    Recognizer,
+)
 from omniflow.core.resample import SourceRate, resample_int16
 from omniflow.core.stats import OK, WARN
 from omniflow.core.timing import NS_PER_MS, SAMPLE_RATE
@@ -163,7 +168,7 @@ class FusionNode(LifecycleBase):
         if item is None:
             return
         if self._source_rate.band_hz != band:
-            self._tell_band(self._pipeline)
+            self._tell_band()
             self.get_logger().info(self._band_note())
         with self._lock:
             self.stats.audio_chunks += 1
@@ -187,20 +192,26 @@ class FusionNode(LifecycleBase):
             return problem, None
         return None, self._source_rate.convert(msg.sample_rate, samples)
 
-    def _tell_band(self, pipeline: FusionPipeline | None) -> None:
+    def _recognizer(self) -> Recognizer | None:
+        pipeline = self._pipeline
+        return pipeline.engines.recognizer if pipeline is not None else None
+
+    def _tell_band(self) -> None:
         """The recogniser hears a band-limited source its own way (Whisper: a shorter final
         window, ``asr.whisper.band_limited_final_window_s``)."""
-        if pipeline is not None and pipeline.engines.recognizer is not None:
-            pipeline.engines.recognizer.set_band_limited(self._source_rate.band_limited)
+        recognizer = self._recognizer()
+        if recognizer is not None:
+            recognizer.set_band_limited(self._source_rate.band_limited)
 
     def _band_note(self) -> str:
         rate = self._source_rate
         if not rate.band_limited:
             return f"audio at {rate.source_rate} Hz: full band for the recogniser"
+        window_s = getattr(self._recognizer(), "final_window_s", None)  # Whisper's alone
         return (
             f"audio at {rate.source_rate} Hz: resampled to {SAMPLE_RATE} Hz; a band-limited "
-            f"source (nothing above {rate.band_hz} Hz), so expect more recognition errors "
-            "(Whisper's finals read asr.whisper.band_limited_final_window_s)"
+            f"source (nothing above {rate.band_hz} Hz), so expect more recognition errors"
+            + ("" if window_s is None else f"; Whisper's finals read a {window_s:g} s window")
         )
 
     def _on_played(self, msg: AudioChunk, info: dict) -> None:
@@ -253,7 +264,7 @@ class FusionNode(LifecycleBase):
                 first_utterance_id=self._next_utterance,
                 source=self,
             )
-            self._tell_band(self._pipeline)  # a source heard before this configure
+            self._tell_band()  # a source heard before this configure
         self._events = messages.EventPublisher(self, EVENTS, p["vad.max_utterance_s"], _THROTTLE_S)
         return describe_engines(engines, p)
 
@@ -329,7 +340,6 @@ class FusionNode(LifecycleBase):
     # ----------------------------------------------------------------- reporting
     def summary(self) -> dict[str, object]:
         pipeline = self._pipeline
-        asr = pipeline.engines.recognizer if pipeline is not None else None
         with self._lock:
             return {
                 "state": self.state_text,
@@ -340,7 +350,7 @@ class FusionNode(LifecycleBase):
                 "audio_band_hz": self._source_rate.band_hz or 0,
                 "audio_band_limited": self._source_rate.band_limited,
                 # Whisper's: the window its finals read now, by the band (else empty).
-                "asr_final_window_s": getattr(asr, "final_window_s", ""),
+                "asr_final_window_s": getattr(self._recognizer(), "final_window_s", ""),
                 "audio_buffer": len(self._audio_in)
                 + (pipeline.pending_audio if pipeline is not None else 0),
                 "frame_buffer": int(self._frame_in is not None),
