@@ -10,14 +10,19 @@ A condition is a fact name alone (true when the fact is truthy) or ``FACT OP NUM
 
 - ``person_present``: the newest scene shows a face or a body;
 - ``person_appeared``: true on the first check after ``person_present`` went from false to
-  true (someone came into view); a person already in view when the node starts does not count;
+  true (someone came into view) when no person was seen for ``person_gone_s`` before: a
+  detector that misses a person in a frame or two, or a camera that looks away for a moment,
+  does not make the one in view a new arrival; a person already in view when the node starts
+  does not count;
 - ``idle_s``: seconds since the last turn ended (or since start-up);
 - ``battery_percent``, ``temperature_c``: from the power state (NaN when unknown: every
   comparison with NaN is false, so such a rule never fires without the reading).
 
 The policy fires at most one rule per check, only while the dialogue is listening, never
-within ``min_interval_s`` of its previous proactive turn, and each rule not within its own
-``min_interval_s`` either. No ROS imports.
+within ``after_turn_s`` of the end of the last turn (the user may be about to answer the
+robot: a greeting there talks over the conversation), never within ``min_interval_s`` of its
+previous proactive turn, and each rule not within its own ``min_interval_s`` either. No ROS
+imports.
 """
 
 from __future__ import annotations
@@ -116,23 +121,47 @@ class ProactivePolicy:
         rules: configured rule lines (parsed here; a bad line raises ConfigError).
         min_interval_s: at least this long between two proactive turns, and between two
             firings of one rule.
+        person_gone_s: a person in view counts as having appeared only when none was seen
+            for at least this long before (0: every return to view counts).
+        after_turn_s: no rule fires until the last turn ended this long ago (``idle_s``).
     """
 
-    def __init__(self, rules: Sequence[str], *, min_interval_s: float = 30.0) -> None:
-        if min_interval_s < 0:
-            raise ConfigError("proactive min_interval_s must be >= 0")
+    def __init__(
+        self,
+        rules: Sequence[str],
+        *,
+        min_interval_s: float = 30.0,
+        person_gone_s: float = 0.0,
+        after_turn_s: float = 0.0,
+    ) -> None:
+        for name, value in (
+            ("min_interval_s", min_interval_s),
+            ("person_gone_s", person_gone_s),
+            ("after_turn_s", after_turn_s),
+        ):
+            if not value >= 0:
+                raise ConfigError(f"proactive {name} must be >= 0, got {value!r}")
         self.rules = tuple(parse_rule(r) for r in rules if r.strip())
         self.min_interval_s = min_interval_s
+        self.person_gone_s = person_gone_s
+        self.after_turn_s = after_turn_s
         self._last_fired = -math.inf
         self._rule_fired: dict[str, float] = {}
         self._person_seen: bool | None = None  # None: no scene yet
+        self._person_seen_at: float | None = None  # the last scene with a person in it
         self._appeared = False
         self.fired = 0
 
-    def observe_person(self, present: bool) -> None:
-        """A new scene: remember when a person comes into view."""
-        if self._person_seen is False and present:
-            self._appeared = True
+    def observe_person(self, present: bool, now: float) -> None:
+        """A new scene at ``now`` (s, the scene's stamp): remember when a person comes into
+        view after none was seen for ``person_gone_s``. A scene stamped before the last
+        one with a person (a replay restarted) counts as a long absence."""
+        if present:
+            seen_at = self._person_seen_at
+            gone = seen_at is None or not 0 <= now - seen_at < self.person_gone_s
+            if self._person_seen is False and gone:
+                self._appeared = True
+            self._person_seen_at = now
         self._person_seen = present
 
     def check(
@@ -154,7 +183,11 @@ class ProactivePolicy:
             "temperature_c": temperature_c,
         }
         self._appeared = False
-        if not listening or now - self._last_fired < self.min_interval_s:
+        if (
+            not listening
+            or idle_s < self.after_turn_s
+            or now - self._last_fired < self.min_interval_s
+        ):
             return None
         for rule in self.rules:
             if now - self._rule_fired.get(rule.text, -math.inf) < self.min_interval_s:

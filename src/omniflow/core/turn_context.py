@@ -99,6 +99,26 @@ TURN_PARAMS = (
         read_only=True,
     ),
     ParamSpec(
+        "proactive.after_turn_s",
+        5.0,
+        "No proactive turn until this long after the last turn ended: the user may be "
+        "about to answer the robot (a person who comes into view meanwhile is not greeted)",
+        unit="s",
+        minimum=0.0,
+        maximum=3600.0,
+        read_only=True,
+    ),
+    ParamSpec(
+        "proactive.person_gone_s",
+        5.0,
+        "A person in view counts as having appeared (person_appeared) only when none was "
+        "seen for this long before: a missed detection or a glance away is not a new arrival",
+        unit="s",
+        minimum=0.0,
+        maximum=3600.0,
+        read_only=True,
+    ),
+    ParamSpec(
         "proactive.rules",
         "person_appeared => Someone just came into view. Greet them in one short sentence.",
         "Proactive rules, one per line: 'CONDITION [and "
@@ -174,10 +194,13 @@ class TurnContext:
     def from_params(cls, params: Mapping[str, object], now_ns: int = 0) -> TurnContext:
         """A context with the proactive policy of ``TURN_PARAMS`` values (ConfigError for a
         rule that does not parse)."""
-        rules = str(params["proactive.rules"]).splitlines()
-        return cls(
-            now_ns, ProactivePolicy(rules, min_interval_s=float(params["proactive.min_interval_s"]))
+        policy = ProactivePolicy(
+            str(params["proactive.rules"]).splitlines(),
+            min_interval_s=float(params["proactive.min_interval_s"]),
+            person_gone_s=float(params["proactive.person_gone_s"]),
+            after_turn_s=float(params["proactive.after_turn_s"]),
         )
+        return cls(now_ns, policy)
 
     # ----------------------------------------------------------------- observations
     def utterance_started(self, utterance_id: int, start_ns: int) -> None:
@@ -203,7 +226,7 @@ class TurnContext:
     def add_scene(self, stamp_ns: int, description: str, person_present: bool) -> None:
         """A scene: the fusion node encoded the frame of ``stamp_ns`` (which is kept)."""
         self._scenes.append((stamp_ns, description))
-        self.policy.observe_person(person_present)
+        self.policy.observe_person(person_present, stamp_ns / NS_PER_S)
         frame = self._nearest_frame(stamp_ns, self._frames)
         if frame is not None:
             self._encoded.append((stamp_ns, frame))
