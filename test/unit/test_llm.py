@@ -182,6 +182,26 @@ def test_second_generate_evaluates_only_the_new_tail(backend: LlamaCppBackend) -
     )
 
 
+def test_the_first_token_is_sampled_from_the_prompts_last_decode(tiny_path: Path) -> None:
+    prompt = Prompt(SYSTEM, user="what is this")
+    fresh = _backend(tiny_path)
+    expected, _ = _run(fresh, prompt)
+    fresh.close()
+    backend = _backend(tiny_path)
+    backend.warm(prompt)  # the user's words cached, "Robot:" not
+    llm, decoded = backend.llama, []
+    evaluate = llm.eval
+    llm.eval = lambda tokens: (decoded.append(len(tokens)), evaluate(tokens))[1]
+    answer, stats = _run(backend, prompt)
+    backend.close()
+    assert answer == expected
+    decodes = [n for n in decoded if n]
+    # The prompt's tail in one decode (it is shorter than prompt_chunk), then one decode per
+    # generated token but the last: the prompt's last token is not decoded a second time.
+    assert decodes[0] == stats.evaluated_tokens == stats.prompt_tokens - stats.reused_tokens
+    assert decodes[1:] == [1] * (stats.generated_tokens - 1)
+
+
 def test_the_warm_up_leaves_the_system_text_cached_for_the_first_turn(tiny_path: Path) -> None:
     backend = _backend(tiny_path)
     warm_up(backend, SYSTEM)

@@ -286,14 +286,19 @@ class LlamaCppBackend(InProcessBackend):
         self._apply_threads(llm)
         tokens, stats.turns_dropped = self._fit(prompt, self._reserve(limit), open_turn=True)
         stats.prompt_tokens = len(tokens)
-        # Evaluate all but the last prompt token in chunks; Llama.generate then evaluates the
-        # last one (it reuses the cached prefix) and samples from its logits.
-        stats.reused_tokens = self._sync(llm, tokens[:-1], cancel.is_set)
+        # Evaluate the prompt in chunks; Llama.generate then finds it all cached and samples
+        # from the logits the last chunk left, without evaluating its last token again (one
+        # decode less before the first token: 20-30 ms here in the graph).
+        stats.reused_tokens = self._sync(llm, tokens, cancel.is_set)
         stats.evaluated_tokens = len(tokens) - stats.reused_tokens
         if cancel.is_set():
             stats.evaluated_tokens = llm.n_tokens - stats.reused_tokens
             stats.cancelled, stats.stop_reason = True, "cancelled"
             return
+        if stats.reused_tokens == len(tokens):  # all cached: the logits at hand are another's
+            llm.n_tokens = stats.reused_tokens = len(tokens) - 1
+            llm.eval(tokens[-1:])
+            stats.evaluated_tokens = 1
         s = self.sampling
         llm.set_seed(self._seed())
         stream = llm.generate(
