@@ -254,6 +254,35 @@ def test_the_end_of_turn_score_reuses_the_warm_and_matches_a_fresh_one(tiny_path
         fresh.close()
 
 
+def test_a_turn_scored_then_answered_samples_its_first_token_at_once(tiny_path: Path) -> None:
+    prompt = Prompt(SYSTEM, user="what is this")
+    fresh = _backend(tiny_path)
+    expected_score = fresh.turn_end_probability(prompt)
+    expected, _ = _run(fresh, prompt)
+    fresh.close()
+    backend = _backend(tiny_path)
+    try:
+        backend.warm(Prompt(SYSTEM, user="what is"))
+        llm, decoded = backend.llama, []
+        evaluate = llm.eval
+        llm.eval = lambda tokens: (decoded.append(len(tokens)), evaluate(tokens))[1]
+        assert backend.turn_end_probability(prompt) == pytest.approx(expected_score, rel=1e-3)
+        decoded.clear()
+        answer, stats = _run(backend, prompt)
+        assert answer == expected
+        # The score decoded "\nRobot:" with the last word: nothing is decoded before the
+        # first token, then one decode per generated token but the last.
+        assert stats.reused_tokens == stats.prompt_tokens and stats.evaluated_tokens == 0
+        assert [n for n in decoded if n] == [1] * (stats.generated_tokens - 1)
+        # Anything decoded between the score and the turn: the prompt's last token again.
+        backend.turn_end_probability(prompt)
+        backend.warm(Prompt(SYSTEM, user="what is this red"))
+        again, stats = _run(backend, prompt)
+        assert again == expected and stats.evaluated_tokens >= 1
+    finally:
+        backend.close()
+
+
 @pytest.mark.parametrize("takeover", ["whole", "midway"])
 def test_an_answer_taken_over_from_ahead_is_the_answer_generated_for_the_turn(
     tiny_path: Path, takeover: str
