@@ -263,10 +263,18 @@ def test_a_turn_scored_then_answered_samples_its_first_token_at_once(tiny_path: 
     backend = _backend(tiny_path)
     try:
         backend.warm(Prompt(SYSTEM, user="what is"))
-        llm, decoded = backend.llama, []
-        evaluate = llm.eval
+        llm, decoded, batches = backend.llama, [], []
+        evaluate, decode = llm.eval, llm._ctx.decode
         llm.eval = lambda tokens: (decoded.append(len(tokens)), evaluate(tokens))[1]
+        llm._ctx.decode = lambda batch: (batches.append(batch.n_tokens()), decode(batch))[1]
         assert backend.turn_end_probability(prompt) == pytest.approx(expected_score, rel=1e-3)
+        # The words since the warm and "\nRobot:" in one decode
+        count = backend.count_tokens
+        new = count(NO_STOP.render(prompt, open_turn=False)) - count(
+            NO_STOP.render(Prompt(SYSTEM, user="what is"), open_turn=False)
+        )
+        tail = count(NO_STOP.render(prompt)) - count(NO_STOP.render(prompt, open_turn=False))
+        assert new > 1 and tail > 1 and batches == [new + tail]
         decoded.clear()
         answer, stats = _run(backend, prompt)
         assert answer == expected
@@ -279,6 +287,20 @@ def test_a_turn_scored_then_answered_samples_its_first_token_at_once(tiny_path: 
         backend.warm(Prompt(SYSTEM, user="what is this red"))
         again, stats = _run(backend, prompt)
         assert again == expected and stats.evaluated_tokens >= 1
+    finally:
+        backend.close()
+
+
+def test_a_long_stretch_of_new_words_is_scored_in_decodes_that_fit_the_batch(
+    tiny_path: Path,
+) -> None:
+    prompt = Prompt(SYSTEM, user="the red box " * 60)  # char-level vocabulary: 720 tokens
+    fresh = _backend(tiny_path, n_ctx=2048)
+    expected = fresh.turn_end_probability(prompt)
+    fresh.close()
+    backend = _backend(tiny_path, n_ctx=2048, prompt_chunk=512)  # llm.prompt_chunk's maximum
+    try:
+        assert backend.turn_end_probability(prompt) == pytest.approx(expected, rel=1e-3)
     finally:
         backend.close()
 

@@ -54,6 +54,13 @@ def _turn_end_tokens(llm: Any) -> list[int]:
     return sorted(found)
 
 
+def _cached(llm: Any, tokens: list[int]) -> int:
+    """How many of ``tokens``, from the first, the KV cache of ``llm`` holds."""
+    n = min(int(llm.n_tokens), len(tokens))
+    differ = np.flatnonzero(llm.input_ids[:n] != np.asarray(tokens[:n], dtype=np.intc))
+    return int(differ[0]) if len(differ) else n
+
+
 def probability_of(logits: np.ndarray, token_ids: list[int]) -> float:
     """The softmax probability mass of ``token_ids`` among ``logits`` (one row).
 
@@ -169,9 +176,7 @@ class LlamaCppBackend(InProcessBackend):
         Evaluates what differs, ``prompt_chunk`` tokens per decode, and returns early (the
         cache then holds a prefix of ``tokens``) when ``stop()`` is true between chunks.
         """
-        n = min(int(llm.n_tokens), len(tokens))
-        differ = np.flatnonzero(llm.input_ids[:n] != np.asarray(tokens[:n], dtype=np.intc))
-        common = int(differ[0]) if len(differ) else n
+        common = _cached(llm, tokens)
         llm.n_tokens = common  # eval() first removes everything after n_tokens from the KV
         chunk = max(int(self.sampling.prompt_chunk), 1)
         for start in range(common, len(tokens), chunk):
@@ -216,11 +221,11 @@ class LlamaCppBackend(InProcessBackend):
         next token a full stop, question or exclamation mark or a line break); see
         :class:`LlmBackend`. Evaluates only what the KV cache lacks (the
         words since the last warm); when :meth:`warm` already evaluated exactly these words,
-        their score is remembered and nothing is evaluated. The last word is decoded together
+        their score is remembered and nothing is evaluated. The words are decoded together
         with the opening of the answer that follows a finished turn (``"\\nRobot:"``), and
-        the score read at the word: the turn's generation, when it comes next with this
-        prompt, then samples its first token at once (one decode less, 40 against 66 ms here
-        with the embedded model). Waits for a running generation (checking ``cancel``);
+        the score read at the last word: the turn's generation, when it comes next with
+        this prompt, then samples its first token at once (one decode less, 40 against 66 ms
+        here with the embedded model). Waits for a running generation (checking ``cancel``);
         EngineError when the model fails."""
 
         def cancelled() -> bool:
@@ -239,11 +244,18 @@ class LlamaCppBackend(InProcessBackend):
                 return known[1]
             opened = self._tokenize(self.fmt.render(fitted, open_turn=True))
             tail = opened[len(tokens) :] if opened[: len(tokens)] == tokens else []
+            room = int(llm.n_batch) - len(tail)  # one decode holds at most n_batch tokens
+            if room < 1:
+                tail, room = [], int(llm.n_batch)
             self._answer_ready = None
-            self._sync(llm, tokens[:-1], cancelled)
-            if llm.n_tokens < len(tokens) - 1:
+            # The words the cache lacks (at least the last, whose logits are gone) and the
+            # tail in one decode; a longer stretch before them in chunks first.
+            stretch = min(int(self.sampling.prompt_chunk), room)
+            last = max(_cached(llm, tokens[:-1]), len(tokens) - stretch)
+            self._sync(llm, tokens[:last], cancelled)
+            if llm.n_tokens < last:
                 return None
-            row = self._decode_scored(llm, tokens[-1:] + tail)
+            row = self._decode_scored(llm, tokens[last:] + tail, len(tokens) - 1 - last)
             if tail:
                 self._answer_ready = tuple(opened)
             return self._remember_turn_end(tokens, row)
@@ -252,19 +264,20 @@ class LlamaCppBackend(InProcessBackend):
         finally:
             self._lock.release()
 
-    def _decode_scored(self, llm: Any, batch: list[int]) -> np.ndarray:
-        """Decode ``batch`` after the cached tokens, as ``Llama.eval`` does, keeping the
-        logits of its first token as well as its last's; returns the first's (a copy)."""
+    def _decode_scored(self, llm: Any, batch: list[int], scored: int) -> np.ndarray:
+        """Decode ``batch`` after the cached tokens in one go, as ``Llama.eval`` does, keeping
+        the logits of ``batch[scored]`` as well as the last token's; returns the former's
+        (a copy)."""
         start = int(llm.n_tokens)
         llm._ctx.kv_cache_seq_rm(-1, start, -1)
         llm._batch.set_batch(batch=batch, n_past=start, logits_all=False)
-        llm._batch.batch.logits[0] = True
+        llm._batch.batch.logits[scored] = True
         llm._ctx.decode(llm._batch)
         llm.input_ids[start : start + len(batch)] = batch
         llm.n_tokens = start + len(batch)
         llm._requires_eval = False
-        first = self._lib.llama_get_logits_ith(llm.ctx, 0)
-        return np.ctypeslib.as_array(first, shape=(llm.n_vocab(),)).copy()
+        row = self._lib.llama_get_logits_ith(llm.ctx, scored)
+        return np.ctypeslib.as_array(row, shape=(llm.n_vocab(),)).copy()
 
     def _remember_turn_end(self, tokens: list[int], logits: np.ndarray | None = None) -> float:
         """The turn-end probability after ``tokens[-1]`` (``logits``: that token's; default
