@@ -946,6 +946,24 @@ def test_the_final_asks_again_by_its_words_and_is_handed_out_after_that_decision
     assert by_words.window_before_ns == pipeline.config.look_back_ns
 
 
+def test_a_final_ready_between_slices_goes_out_then_after_its_decision(words):
+    recognizer = SayingRecognizer("What colour is the cat?")
+    engines = FusionEngines(ScriptedVad(confirm=3), recognizer, LabelledVision(), words=words)
+    pipeline = FusionPipeline(config(), engines, clock=lambda: 0)
+    recognizer.hold = True  # the final's decode is still running when the speech ends
+    events = feed_scene(pipeline, [QUIET] * 35 + [LOUD] * 20 + [QUIET] * 10, 25, every=2)
+    assert not [e for e in of(events, TranscriptEvent) if e.final]
+    recognizer.hold = False
+    next_slice_ns = pipeline.scheduler.next_due_ns
+    out = pipeline.step(next_slice_ns - CHUNK_NS // 2)  # mid-slice: no slice runs now
+    assert pipeline.scheduler.next_due_ns == next_slice_ns
+    ordered = [e for e in out if isinstance(e, Decision) or getattr(e, "final", False)]
+    assert [type(e).__name__ for e in ordered] == ["Decision", "TranscriptEvent"]
+    by_words, final = ordered
+    assert (by_words.query, by_words.utterance_id, final.text) == ("cat", 1, recognizer.text)
+    assert pipeline.stats.associations == 2  # by time at the onset, then by the words
+
+
 def test_unused_frames_shrink_to_a_quarter_at_the_vision_rate_and_save_memory(words):
     def held(freshness_limit: int) -> tuple[list, int]:
         engines = FusionEngines(ScriptedVad(), None, LabelledVision(), words=words)

@@ -39,8 +39,9 @@ One microphone chunk takes this path (see :meth:`FusionPipeline.process_audio`):
    and requests an association; an end ends the recogniser's utterance
    without waiting for its final;
 6. speech longer than ``max_utterance_ns`` is cut: END, the utterance ended, the VAD reset;
-7. finals the recogniser has ready are collected, oldest first; an utterance whose final the
-   recogniser fails on gets an empty final with confidence 0 (abandoned) instead.
+7. finals the recogniser has ready are collected, oldest first, and handed out at once, each
+   after the decision by its words (below), not with the next slice; an utterance whose final
+   the recogniser fails on gets an empty final with confidence 0 (abandoned) instead.
 
 The slices (:class:`~omniflow.core.scheduler.TdmScheduler`) run ingest (audio left over),
 encode (the newest frame, when the vision rate allows), associate (triggers whose window
@@ -782,8 +783,8 @@ class FusionPipeline:
                     break
                 stamp_ns, samples, _ = self._pending_audio.popleft()
                 self._ingest_chunk(stamp_ns, samples)
-            if self.engines.recognizer is not None:
-                self._collect_finals()
+            if self.engines.recognizer is not None and self._collect_finals():
+                self._hand_out_finals()
         finally:
             self._hand_out_activity()
 
@@ -974,11 +975,12 @@ class FusionPipeline:
         self.engines.recognizer.end()
         self._finals_due.append((self._utterance, self._speech_start_ns, end_ns))
 
-    def _collect_finals(self) -> None:
-        """Hand over the finals the recogniser has ready, oldest first. When the recogniser
-        fails on one, that utterance still ends with a final: the abandoned marker (empty
-        text, confidence 0), so whoever waits for its words stops waiting; the error
-        propagates, to be counted."""
+    def _collect_finals(self) -> int:
+        """Take the finals the recogniser has ready, oldest first; return how many. When
+        the recogniser fails on one, that utterance still ends with a final: the abandoned
+        marker (empty text, confidence 0), so whoever waits for its words stops waiting;
+        the error propagates, to be counted."""
+        collected = 0
         while self._finals_due:
             try:
                 result = self.engines.recognizer.poll_final()
@@ -991,8 +993,9 @@ class FusionPipeline:
                 )
                 raise
             if result is None:
-                return
+                break
             utterance, start_ns, end_ns = self._finals_due.popleft()
+            collected += 1
             self.stats.finals += 1
             self._final_out_ns = self._now_ns
             out = self._finals_held if utterance in self._open else self._slice_out
@@ -1008,6 +1011,20 @@ class FusionPipeline:
                     tuple(result.words),
                 )
             )
+        return collected
+
+    def _hand_out_finals(self) -> None:
+        """Finals taken between two slices go out now, not with the next slice (up to
+        ``slice_ns`` later, while the turn waits for them): each after the decision by its
+        words, made now with the frames the last slice had, and after what the slice had
+        gathered before it (partials)."""
+        due_ns = self.scheduler.next_due_ns
+        if due_ns is None:  # no slice ran yet: the first one hands them out
+            return
+        self._decide(due_ns - 2 * self.scheduler.slice_ns)
+        out, self._slice_out = self._slice_out, []
+        self._count_out(out)
+        self._events.extend(out)
 
     def _activity_event(
         self, kind: Activity, stamp_ns: int, heard_until_ns: int | None = None, *, cut: bool = False
@@ -1139,6 +1156,10 @@ class FusionPipeline:
         """Decide the triggers whose window has closed (one slice of slack for late frames);
         ask again, by their words, for the utterances whose final is in, and hand the final
         out after that decision."""
+        self._decide(current.end_ns - self.scheduler.slice_ns)
+
+    def _decide(self, slice_start_ns: int) -> None:
+        """:meth:`_associate` for the slice that starts at ``slice_start_ns``."""
         look_back = self.config.look_back_ns
         held, self._finals_held = self._finals_held, []
         for final in held:
@@ -1153,14 +1174,13 @@ class FusionPipeline:
             self.associator.request(trigger, Ask(final.utterance_id, query, look_back))
         # What an utterance, open or to come, may still look back to is never retired.
         self.associator.keep_from_ns = min(self._open.values(), default=self._now_ns) - look_back
-        self._slice_out.extend(self.associator.poll(self._frames_in_by(current)))
+        self._slice_out.extend(self.associator.poll(self._frames_in_by(slice_start_ns)))
         self._slice_out.extend(held)
 
-    def _frames_in_by(self, current: Slice) -> int:
-        """Stream time up to which windows are complete: the slice's start (one slice of
-        slack), or the last frame received when the camera is behind the microphone by at
-        most ``MAX_FRAME_LAG_NS`` (its frames in the window are still to come)."""
-        now_ns = current.end_ns - self.scheduler.slice_ns
+    def _frames_in_by(self, now_ns: int) -> int:
+        """Stream time up to which windows are complete: the slice's start, ``now_ns`` (one
+        slice of slack), or the last frame received when the camera is behind the microphone
+        by at most ``MAX_FRAME_LAG_NS`` (its frames in the window are still to come)."""
         last = self._last_frame_ns
         if (
             self.engines.vision is None
@@ -1172,11 +1192,7 @@ class FusionPipeline:
 
     def _emit(self, current: Slice) -> None:
         out, self._slice_out = self._slice_out, []
-        for event in out:
-            if isinstance(event, SceneEvent):
-                self.stats.scenes += 1
-            elif isinstance(event, Decision):
-                self.stats.associations += 1
+        self._count_out(out)
         self._events.extend(out)
         if self.engines.vad.is_speech:
             self._activity_event(Activity.ONGOING, self._last_audio_end_ns)
@@ -1188,6 +1204,13 @@ class FusionPipeline:
                 )
             )
         self._hand_out_activity()
+
+    def _count_out(self, out: list[FusionEvent]) -> None:
+        for event in out:
+            if isinstance(event, SceneEvent):
+                self.stats.scenes += 1
+            elif isinstance(event, Decision):
+                self.stats.associations += 1
 
     def _silence_due(self) -> bool:
         """Whether the stream heard without speech has gone far enough on (or back: a new
