@@ -254,12 +254,18 @@ def test_the_end_of_turn_score_reuses_the_warm_and_matches_a_fresh_one(tiny_path
         fresh.close()
 
 
+def _scored_and_answered(path: Path, prompt: Prompt) -> tuple[float | None, str]:
+    """The end-of-turn score and the answer of ``prompt`` from a backend that saw nothing else."""
+    fresh = _backend(path)
+    try:
+        return fresh.turn_end_probability(prompt), _run(fresh, prompt)[0]
+    finally:
+        fresh.close()
+
+
 def test_a_turn_scored_then_answered_samples_its_first_token_at_once(tiny_path: Path) -> None:
     prompt = Prompt(SYSTEM, user="what is this")
-    fresh = _backend(tiny_path)
-    expected_score = fresh.turn_end_probability(prompt)
-    expected, _ = _run(fresh, prompt)
-    fresh.close()
+    expected_score, expected = _scored_and_answered(tiny_path, prompt)
     backend = _backend(tiny_path)
     try:
         backend.warm(Prompt(SYSTEM, user="what is"))
@@ -287,6 +293,25 @@ def test_a_turn_scored_then_answered_samples_its_first_token_at_once(tiny_path: 
         backend.warm(Prompt(SYSTEM, user="what is this red"))
         again, stats = _run(backend, prompt)
         assert again == expected and stats.evaluated_tokens >= 1
+    finally:
+        backend.close()
+
+
+def test_a_llama_cpp_python_without_its_batch_internals_still_scores(
+    tiny_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    prompt = Prompt(SYSTEM, user="what is this")
+    expected_score, expected = _scored_and_answered(tiny_path, prompt)
+    backend = _backend(tiny_path)
+
+    def missing(*_args: object) -> None:
+        raise AttributeError("'Llama' object has no attribute '_batch'")
+
+    monkeypatch.setattr(backend, "_decode_scored", missing)
+    try:
+        assert backend.turn_end_probability(prompt) == pytest.approx(expected_score, rel=1e-3)
+        answer, stats = _run(backend, prompt)
+        assert answer == expected and stats.evaluated_tokens >= 1  # the opening decoded now
     finally:
         backend.close()
 

@@ -255,7 +255,11 @@ class LlamaCppBackend(InProcessBackend):
             self._sync(llm, tokens[:last], cancelled)
             if llm.n_tokens < last:
                 return None
-            row = self._decode_scored(llm, tokens[last:] + tail, len(tokens) - 1 - last)
+            try:
+                row = self._decode_scored(llm, tokens[last:] + tail, len(tokens) - 1 - last)
+            except AttributeError:  # a llama-cpp-python without the batch this reads
+                llm.eval(tokens[last:])
+                return self._remember_turn_end(tokens)
             if tail:
                 self._answer_ready = tuple(opened)
             return self._remember_turn_end(tokens, row)
@@ -267,7 +271,8 @@ class LlamaCppBackend(InProcessBackend):
     def _decode_scored(self, llm: Any, batch: list[int], scored: int) -> np.ndarray:
         """Decode ``batch`` after the cached tokens in one go, as ``Llama.eval`` does, keeping
         the logits of ``batch[scored]`` as well as the last token's; returns the former's
-        (a copy)."""
+        (a copy). Reads llama-cpp-python's batch and context (0.3.36, the pinned version):
+        AttributeError where they are not there."""
         start = int(llm.n_tokens)
         llm._ctx.kv_cache_seq_rm(-1, start, -1)
         llm._batch.set_batch(batch=batch, n_past=start, logits_all=False)
