@@ -172,6 +172,26 @@ def suppressed(name: str, mix: np.ndarray, costs: list[float]) -> np.ndarray:
     return np.concatenate(out)[warm:]
 
 
+def distinct_values(
+    parser: argparse.ArgumentParser,
+    option: str,
+    text: str,
+    convert: Callable[[str], Any],
+    valid: Callable[[Any], bool],
+    what: str,
+) -> list:
+    """``option``'s comma-separated values, converted; a parser error unless they are
+    distinct and each converts and is ``valid`` (``what`` says which are)."""
+    given = text.split(",")
+    try:
+        values = [convert(v) for v in given]
+    except ValueError:
+        values = []
+    if not values or not all(valid(v) for v in values) or len(set(values)) < len(given):
+        parser.error(f"{option} takes distinct {what}: {text}")
+    return values
+
+
 def recognizer(model: str, no_repeat: int, final_window_s: float | None) -> StreamingRecognizer:
     """The recogniser ``--models`` names, as the fusion node builds it (Whisper with
     ``asr.whisper.no_repeat_ngram_size`` ``no_repeat``, its finals reading
@@ -243,19 +263,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args(argv)
     models = args.models.split(",")
-    given = args.no_repeat.split(",")
-    if not all(n.isdigit() for n in given) or len(set(given)) < len(given):
-        parser.error(f"--no-repeat takes distinct whole numbers >= 0: {args.no_repeat}")
-    no_repeats = [int(n) for n in given]
+    no_repeats = distinct_values(
+        parser, "--no-repeat", args.no_repeat, int, lambda n: n >= 0, "whole numbers >= 0"
+    )
     windows: list[float | None] = [None]
     if args.final_window is not None:
-        given = args.final_window.split(",")
-        try:
-            windows = [float(w) for w in given]
-        except ValueError:
-            windows = []
-        if not windows or not all(1 <= w <= 30 for w in windows) or len(set(windows)) < len(given):
-            parser.error(f"--final-window takes distinct seconds within 1..30: {args.final_window}")
+        windows = distinct_values(
+            parser,
+            "--final-window",
+            args.final_window,
+            float,
+            lambda w: 1 <= w <= 30,
+            "seconds within 1..30",
+        )
     denoisers = args.denoise.split(",")
     for option, given, allowed in (
         ("--models", models, ("tiny.en", "base", "moonshine")),
