@@ -137,6 +137,7 @@ def stream(rec: Recognizer, samples: np.ndarray, realtime: bool = True) -> dict[
     latency_ns = time.perf_counter_ns() - t0
     return {
         "text": result.text,
+        "confidence": result.confidence,
         "feed_ns": feeds,
         "end_ns": end_ns,
         "latency_ns": latency_ns,

@@ -170,10 +170,12 @@ class Graph:
         start_ns: int | None = None,
         end_ns: int | None = None,
         confidences: tuple[float, ...] = (),
+        confidence: float = 0.9,
     ) -> None:
         """Publish the final transcript of an utterance (default: one that just ended, 1 s
         long); ``confidences``: the recogniser's for each word, given as words spread
-        over the utterance (none: no words, as Moonshine)."""
+        over the utterance (none: no words, as Moonshine); ``confidence``: the whole
+        final's."""
         now_ns = self.node.get_clock().now().nanoseconds
         end_ns = now_ns if end_ns is None else end_ns
         start_ns = end_ns - 10**9 if start_ns is None else start_ns
@@ -195,7 +197,7 @@ class Graph:
                 start=conversions.time_from_ns(start_ns),
                 end=conversions.time_from_ns(end_ns),
                 text=text,
-                confidence=0.9,
+                confidence=confidence,
                 is_final=True,
                 words=words,
             )

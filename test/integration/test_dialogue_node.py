@@ -12,6 +12,8 @@ from action_msgs.msg import GoalStatus
 from dialogue_graph import ANSWER_TIMEOUT_S, LONG_PROMPT, START_TIMEOUT_S, Graph, wait_future
 from lifecycle_msgs.msg import State as LifecycleStateMsg
 
+from omniflow.core.clarify import CLARIFY_PARAMS
+from omniflow.core.params import defaults
 from omniflow.msg import DialogueState, ResponseChunk, Scene, VoiceActivity
 from omniflow.ros import conversions
 from omniflow.ros.qos import EVENTS
@@ -291,6 +293,38 @@ def test_a_stop_request_ends_the_turn_without_an_answer(graph):
     )
     assert turn_text(chunks, goal_turn + 1).strip()
     assert graph.said.wait_for(3, timeout=10)[2].text == "Stop. What is that animal?"
+
+
+def test_a_question_heard_unsure_is_asked_again_then_answered(graph):
+    """A final the recogniser is unsure of gets the request to say it again, as it is (no
+    model); the same words heard with confidence get the model's answer."""
+    reply = defaults(CLARIFY_PARAMS)["clarify.reply"]
+    graph.speak_user(8, 0.3)
+    graph.final_transcript(8, "What's in different box?", confidence=0.31)
+    chunks = graph.chunks.wait_until(
+        lambda ms: any(m.is_final for m in ms), timeout=ANSWER_TIMEOUT_S, what="the reply"
+    )
+    asked = chunks[-1].turn_id
+    assert turn_text(chunks, asked) == reply
+    assert graph.said.wait_for(1, timeout=10)[0].text == "What's in different box?"
+    graph.states.wait_until(
+        lambda ms: ms[-1].state == DialogueState.LISTENING, timeout=30, what="listening again"
+    )
+    assert any("unsure" in m.reason for m in graph.states.messages)
+    graph.status.wait_until(
+        lambda ms: json.loads(ms[-1].data)["asked_again"] == 1,
+        timeout=10,
+        what="the turn counted as asked again",
+    )
+    graph.speak_user(9, 0.3)
+    graph.final_transcript(9, "What is in the box?", confidence=0.8)
+    chunks = graph.chunks.wait_until(
+        lambda ms: any(m.is_final and m.turn_id > asked for m in ms),
+        timeout=ANSWER_TIMEOUT_S,
+        what="the answer to the question heard again",
+    )
+    answer = turn_text(chunks, asked + 1)
+    assert answer.strip() and answer != reply
 
 
 def test_a_missing_model_fails_configure_and_the_node_stays_up(ros_node, start_node):

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from omniflow.core.clarify import ClarifyPolicy
 from omniflow.core.dialogue import (
     DIALOGUE_PARAMS,
     MAX_CARRY_WORDS,
@@ -295,6 +296,7 @@ EVENTS = st.sampled_from(
         "ongoing",
         "partial",
         "final",
+        "unsure",
         "empty",
         "stop",
         "token",
@@ -321,8 +323,11 @@ EVENTS = st.sampled_from(
 def test_any_sequence_of_inputs_keeps_the_machine_consistent(events, end_of_turn):
     """Whatever order messages come in, the machine never raises (other than Busy), a turn
     in progress is always the newest one, and LISTENING never has a turn in progress; with
-    end-of-turn waits too."""
-    dm = DialogueManager(end_of_turn=EndOfTurnPolicy.default() if end_of_turn else None)
+    end-of-turn waits too, and finals the recogniser is unsure of."""
+    dm = DialogueManager(
+        end_of_turn=EndOfTurnPolicy.default() if end_of_turn else None,
+        clarify=ClarifyPolicy.default(),
+    )
     now = 0.0
     for i, event in enumerate(events):
         now += 0.5
@@ -333,6 +338,8 @@ def test_any_sequence_of_inputs_keeps_the_machine_consistent(events, end_of_turn
             dm.voice_ongoing(i, 0.5, now)
         elif event == "partial":
             dm.transcript(i, "words", False, now)
+        elif event == "unsure":
+            dm.transcript(i, "three heard words", True, now, confidence=0.1)
         elif event in ("final", "empty", "stop"):
             dm.transcript(i, {"final": "words", "empty": "", "stop": "stop"}[event], True, now)
         elif event == "token":

@@ -50,6 +50,9 @@ States (the values of ``omniflow/msg/DialogueState``)::
   says the configured one-word acknowledgement (``stop.reply``). When stop clauses only lead
   the utterance ("Stop. What is that animal?"), the stop part ends the turn in progress and
   drops the words a cancelled thinking turn left over; the rest is answered.
+- Unsure hearing (:class:`~omniflow.core.clarify.ClarifyPolicy`): a spoken turn whose final
+  the recogniser is unsure of (``clarify.*``) gets the configured request to say it again
+  instead of an answer, and its words are not carried into the next turn.
 
 Every :class:`Cancel` carries its :class:`CancelReason` (what the node counts and acts on)
 beside the text that goes into messages; :class:`DialogueStats` counts the actions.
@@ -64,6 +67,7 @@ from dataclasses import dataclass, replace
 from enum import Enum, IntEnum
 from typing import Literal
 
+from omniflow.core.clarify import CLARIFY_PARAMS, ClarifyPolicy
 from omniflow.core.end_of_turn import END_OF_TURN_PARAMS, EndOfTurnPolicy, without_closing_stop
 from omniflow.core.params import ParamSpec
 
@@ -153,6 +157,7 @@ DIALOGUE_PARAMS = (
         'What the robot says to a stop request ("Okay."); empty: nothing',
         live=True,
     ),
+    *CLARIFY_PARAMS,
     *END_OF_TURN_PARAMS,
 )
 
@@ -196,8 +201,8 @@ class StateChanged:
 @dataclass(frozen=True)
 class StartTurn:
     """Generate an answer to ``user_text``; ``utterance_id`` is 0 unless it was spoken.
-    ``reply``, when set, is the whole answer (the acknowledgement of a stop request): said
-    as it is, without the model."""
+    ``reply``, when set, is the whole answer (the acknowledgement of a stop request, the
+    request to say it again): said as it is, without the model."""
 
     turn_id: int
     user_text: str
@@ -287,6 +292,7 @@ Action = (
 
 
 _STOPPED = "the user asked the robot to stop"
+_UNSURE = "unsure of the words heard: asked to say it again"
 STREAM_FRESH_S = 1.0  # how long a stream position counts as the present without progress
 MAX_CARRY_WORDS = 32  # a long spoken sentence and then some
 _STREAM_RESTART_S = 1.0  # a stream position this far back is a new stream (as fusion's)
@@ -391,6 +397,7 @@ class _Pending:
     speech_end: float
     deadline: float
     last_word_confidence: float  # the recogniser's, of the final's last word (NaN: none)
+    confidence: float  # the recogniser's, of the whole final (NaN: none)
     scored: bool = False
 
 
@@ -421,6 +428,8 @@ class DialogueManager:
         end_of_turn: how long to wait after the speech for an end-of-turn probability
             (default: none, a final starts the turn at once; the node passes the
             ``end_of_turn.*`` parameters).
+        clarify: when to ask the user to say it again (default: never; the node passes the
+            ``clarify.*`` parameters).
     """
 
     def __init__(
@@ -433,6 +442,7 @@ class DialogueManager:
         stop: StopPhrases | None = None,
         stop_reply: str = "",
         end_of_turn: EndOfTurnPolicy | None = None,
+        clarify: ClarifyPolicy | None = None,
     ) -> None:
         if barge_in_min_speech_s < 0 or speech_start_timeout_s <= 0 or user_turn_timeout_s <= 0:
             raise ValueError(
@@ -447,6 +457,7 @@ class DialogueManager:
         self.stop = stop if stop is not None else _DEFAULT_STOP
         self.stop_reply = stop_reply.strip()
         self.end_of_turn = end_of_turn if end_of_turn is not None else _NO_END_OF_TURN_WAIT
+        self.clarify = clarify if clarify is not None else ClarifyPolicy.off()
         self.state = State.LISTENING
         self.turn_id = 0  # the newest turn started
         self._turn: _Turn | None = None  # the turn being generated or spoken
@@ -455,7 +466,8 @@ class DialogueManager:
         self._ahead = False  # an answer ahead was asked for and may be running
         self._carry = ""  # words of a cancelled THINKING turn, kept for the next
         self._last_user_text = ""
-        self._held: tuple[int, str] | None = None  # an utterance heard while barge-in was off
+        # an utterance heard while barge-in was off: its id, text and confidence
+        self._held: tuple[int, str, float] | None = None
         self._pending: _Pending | None = None  # a final waiting for the end of the turn
         self._voice = 0  # the utterance whose voice started last
         self._voice_at = 0.0  # when it started (its onset in stream time when known)
@@ -478,6 +490,7 @@ class DialogueManager:
         self.stop = StopPhrases.parse(str(params["stop.words"]), str(params["stop.fillers"]))
         self.stop_reply = str(params["stop.reply"]).strip()
         self.end_of_turn = EndOfTurnPolicy.from_params(params)
+        self.clarify = ClarifyPolicy.from_params(params)
 
     # ----------------------------------------------------------------- queries
     @property
@@ -573,11 +586,13 @@ class DialogueManager:
         now: float,
         speech_end: float | None = None,
         last_word_confidence: float = math.nan,
+        confidence: float = math.nan,
     ) -> list[Action]:
         """A partial or final transcript of the user's utterance; ``speech_end`` is when the
         speech ended (the final's end stamp; default ``now``), from which the end-of-turn
         wait counts; ``last_word_confidence``: the recogniser's confidence in the final's
-        last word (NaN: it gave none), a guess gets the long wait."""
+        last word (NaN: it gave none), a guess gets the long wait; ``confidence``: its
+        confidence in the whole final (NaN: none), a final it is unsure of is asked again."""
         self._heard_at = now
         text = " ".join(text.split())
         listening_to_user = self.state in (State.USER_SPEAKING, State.INTERRUPTED, State.LISTENING)
@@ -597,11 +612,13 @@ class DialogueManager:
                     now,
                     stop_speech=True,
                     cause=CancelReason.STOP_REQUEST,
-                ) + self._user_turn(utterance_id, text, now)
+                ) + self._user_turn(utterance_id, text, now, confidence)
             if text and self.state == State.SPEAKING:
-                self._held = (utterance_id, text)  # barge-in off: answer it afterwards
+                self._held = (utterance_id, text, confidence)  # barge-in off: answer it later
             return []
-        return self._tentative_end(utterance_id, text, now, speech_end, last_word_confidence)
+        return self._tentative_end(
+            utterance_id, text, now, speech_end, last_word_confidence, confidence
+        )
 
     def _tentative_end(
         self,
@@ -610,6 +627,7 @@ class DialogueManager:
         now: float,
         speech_end: float | None,
         last_word_confidence: float,
+        confidence: float,
     ) -> list[Action]:
         """A final heard while listening to the user: ask whether it ends the turn, or
         start the turn at once (end-of-turn waits off, a stop request, nothing said)."""
@@ -619,7 +637,7 @@ class DialogueManager:
         self._pending = None
         full = self._with_carry(text)
         if not self.end_of_turn.enabled or not full or self.stop.split(text)[0]:
-            return self._user_turn(utterance_id, text, now)
+            return self._user_turn(utterance_id, text, now, confidence)
         heard = self._stream_now(now)
         end = heard if speech_end is None else min(speech_end, heard)
         longest = max(self.end_of_turn.long_wait_s, self.end_of_turn.unscored_wait_s)
@@ -630,9 +648,11 @@ class DialogueManager:
             self._carry = without_closing_stop(full)
             return []
         if heard >= end + longest:  # a final slower than any wait: nothing left to wait for
-            return self._user_turn(utterance_id, text, now)
+            return self._user_turn(utterance_id, text, now, confidence)
         # Until the score arrives, the longest wait holds (a lost score cannot wedge it).
-        self._pending = _Pending(utterance_id, text, end, end + longest, last_word_confidence)
+        self._pending = _Pending(
+            utterance_id, text, end, end + longest, last_word_confidence, confidence
+        )
         actions: list[Action] = [ScoreTurn(utterance_id, without_closing_stop(full))]
         if self.state == State.LISTENING:  # its start was not heard: the user is speaking
             self._utterance = utterance_id
@@ -675,9 +695,11 @@ class DialogueManager:
         pending, self._pending = self._pending, None
         if pending is None:
             return []
-        return self._user_turn(pending.utterance_id, pending.text, now)
+        return self._user_turn(pending.utterance_id, pending.text, now, pending.confidence)
 
-    def _user_turn(self, utterance_id: int, text: str, now: float) -> list[Action]:
+    def _user_turn(
+        self, utterance_id: int, text: str, now: float, confidence: float = math.nan
+    ) -> list[Action]:
         stop, rest = self.stop.split(text)
         if stop:
             self._carry = ""  # the words of a cancelled turn were stopped too
@@ -692,9 +714,18 @@ class DialogueManager:
             actions: list[Action] = [UserSaid(utterance_id, text)]
             if not self.stop_reply:
                 return [*actions, self._set(State.LISTENING, _STOPPED)]
-            return actions + self._start("speech", text, utterance_id, now, _STOPPED, reply=True)
-        self._last_user_text = full
+            return actions + self._start(
+                "speech", text, utterance_id, now, _STOPPED, reply=self.stop_reply
+            )
         actions = [UserSaid(utterance_id, text if stop else full)]
+        if self.clarify.asks(rest, confidence):
+            self._last_user_text = ""  # not words to build on
+            if not self.clarify.reply:
+                return [*actions, self._set(State.LISTENING, _UNSURE)]
+            return actions + self._start(
+                "speech", full, utterance_id, now, _UNSURE, reply=self.clarify.reply
+            )
+        self._last_user_text = full
         actions += self._start("speech", full, utterance_id, now, "the user finished speaking")
         return actions
 
@@ -856,13 +887,13 @@ class DialogueManager:
         now: float,
         reason: str,
         *,
-        reply: bool = False,
+        reply: str = "",
     ) -> list[Action]:
         self.turn_id += 1
         self._turn = _Turn(self.turn_id, source)
         self._ahead = False  # the turn takes the answer ahead over, or it is dropped
         return [
-            StartTurn(self.turn_id, text, source, utterance_id, self.stop_reply if reply else ""),
+            StartTurn(self.turn_id, text, source, utterance_id, reply),
             self._set(State.THINKING, reason),
         ]
 
@@ -888,9 +919,9 @@ class DialogueManager:
         if then is not None:
             actions.append(self._set(then, reason))
             if then == State.LISTENING and self._held is not None:
-                utterance_id, text = self._held
+                utterance_id, text, confidence = self._held
                 self._held = None
-                actions += self._user_turn(utterance_id, text, now)
+                actions += self._user_turn(utterance_id, text, now, confidence)
         return actions
 
 
@@ -922,6 +953,7 @@ class DialogueStats:
     failed: int = 0
     unplayed: int = 0  # answers no speech node played (lost: none was there in time)
     proactive: int = 0
+    asked_again: int = 0  # spoken turns the recogniser was unsure of (clarify.*)
     last_error: str = ""
 
     def record(self, action: Action) -> None:
@@ -932,6 +964,8 @@ class DialogueStats:
                 self.proactive += 1
         elif isinstance(action, AwaitTurnEnd):
             self.end_of_turn_waits += 1
+        elif isinstance(action, StateChanged) and action.reason == _UNSURE:
+            self.asked_again += 1
         elif isinstance(action, Cancel):
             if action.cause is CancelReason.BARGE_IN:
                 self.barge_ins += 1

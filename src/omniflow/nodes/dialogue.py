@@ -236,7 +236,9 @@ class DialogueNode(LifecycleBase):
         end = conversions.ns_from_time(msg.end) / NS_PER_S if msg.is_final else None
         sure = float(msg.words[-1].confidence) if msg.words else math.nan
         self._feed(
-            lambda m, now: m.transcript(msg.utterance_id, msg.text, msg.is_final, now, end, sure)
+            lambda m, now: m.transcript(
+                msg.utterance_id, msg.text, msg.is_final, now, end, sure, float(msg.confidence)
+            )
         )
 
     def _on_speech(self, msg: SpeechState) -> None:
