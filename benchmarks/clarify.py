@@ -39,7 +39,6 @@ from _common import ratio, write_result
 from asr import COMMANDS, OPEN, RATE, stream
 from hearing import (
     LEAD_S,
-    NO_REPEAT,
     VOICES,
     WARM_S,
     distinct_values,
@@ -79,7 +78,7 @@ def heard_finals(model: str) -> list[dict[str, Any]]:
             speech.append(("piper", i, text, say_piper(text)))
     around = round((WARM_S + LEAD_S + 0.6) * RATE) + TAIL_MS * RATE // 1000
     noises = make_noises(max(len(s) for *_, s in speech) + around, seed=7)
-    rec = recognizer(model, NO_REPEAT, None)
+    rec = recognizer(model)
     finals = []
     try:
         for rate, (noise_name, noise), snr, far in itertools.product(

@@ -24,11 +24,12 @@ Method (prints one JSON object):
 - Recognisers: ``--models`` (default tiny.en), each as the fusion node runs it: tiny.en and
   base a ``WhisperRecognizer`` (2 threads, beam 5; ``asr.whisper.model``), ``moonshine``
   the ``MoonshineRecognizer`` (``asr.engine: moonshine``, 2 threads); ``--no-repeat`` gives
-  the Whisper models' ``asr.whisper.no_repeat_ngram_size`` and ``--final-window`` the
-  window their finals read at both rates (several: each model with each, named "tiny.en,
-  no-repeat 0", "tiny.en, final window 10" and so on; without it, the node's
-  ``asr.whisper.final_window_s`` at 16 kHz and ``band_limited_final_window_s`` at 8 kHz, the
-  recogniser told the source's band as the fusion node tells it). All are streamed with
+  the Whisper models' ``asr.whisper.no_repeat_ngram_size``, ``--final-window`` the window
+  their finals read at both rates (without it, the node's ``asr.whisper.final_window_s`` at
+  16 kHz and ``band_limited_final_window_s`` at 8 kHz, the recogniser told the source's band
+  as the fusion node tells it) and ``--background`` their ``asr.whisper.background_db``;
+  several values of one: each model with each, named "tiny.en, no-repeat 0", "tiny.en,
+  final window 10", "tiny.en, background 0" and so on. All are streamed with
   ``benchmarks/asr.py``'s ``stream``: 40 ms chunks at real time, then ``end()`` and
   ``poll_final()`` every 10 ms; the noise goes on for ``--tail-ms`` after the speech (the
   VAD's closing silence). Each sentence is heard by every model and suppressor in turn
@@ -56,6 +57,7 @@ busy 2-core machine)::
     .venv/bin/python benchmarks/hearing.py --unpaced --models tiny.en,moonshine
     .venv/bin/python benchmarks/hearing.py --unpaced --models tiny.en,base --no-repeat 0,3
     .venv/bin/python benchmarks/hearing.py --unpaced --final-window 30,10
+    .venv/bin/python benchmarks/hearing.py --unpaced --background 0,9
 """
 
 from __future__ import annotations
@@ -104,7 +106,9 @@ LEAD_S = 0.3
 # Room heard by the suppressor before each sentence's stretch (not by the recogniser).
 WARM_S = 1.0
 BLOCK = 640  # the fusion node's 40 ms chunk
-NO_REPEAT = defaults(ENGINE_PARAMS)["asr.whisper.no_repeat_ngram_size"]
+NODE = defaults(ENGINE_PARAMS)
+NO_REPEAT = NODE["asr.whisper.no_repeat_ngram_size"]
+BACKGROUND_DB = NODE["asr.whisper.background_db"]
 
 
 def piper_voice() -> tuple[Callable[[str], np.ndarray] | None, str]:
@@ -192,21 +196,28 @@ def distinct_values(
     return values
 
 
-def recognizer(model: str, no_repeat: int, final_window_s: float | None) -> StreamingRecognizer:
+def recognizer(
+    model: str,
+    no_repeat: int = NO_REPEAT,
+    final_window_s: float | None = None,
+    background_db: float = BACKGROUND_DB,
+) -> StreamingRecognizer:
     """The recogniser ``--models`` names, as the fusion node builds it (Whisper with
     ``asr.whisper.no_repeat_ngram_size`` ``no_repeat``, its finals reading
-    ``final_window_s`` whatever the band; None: the node's windows)."""
+    ``final_window_s`` whatever the band, None: the node's windows, and
+    ``asr.whisper.background_db`` ``background_db``)."""
     if model == "moonshine":
         return make_recognizer("moonshine")
-    node = defaults(ENGINE_PARAMS)
     return make_recognizer(
         "whisper",
         whisper_model_path=whisper_model_dir(model)[0],
         whisper_no_repeat_ngram_size=no_repeat,
-        whisper_final_window_s=final_window_s or node["asr.whisper.final_window_s"],
+        whisper_final_window_s=final_window_s or NODE["asr.whisper.final_window_s"],
         whisper_band_limited_final_window_s=(
-            final_window_s or node["asr.whisper.band_limited_final_window_s"]
+            final_window_s or NODE["asr.whisper.band_limited_final_window_s"]
         ),
+        whisper_background_db=background_db,
+        whisper_background_unsure=NODE["asr.whisper.background_unsure"],
     )
 
 
@@ -243,6 +254,12 @@ def main(argv: list[str] | None = None) -> int:
         "compare, each with every Whisper model (default: the node's, by the source's band)",
     )
     parser.add_argument(
+        "--background",
+        default=f"{BACKGROUND_DB:g}",
+        help="comma-separated values of asr.whisper.background_db to compare, each with "
+        f"every Whisper model (default {BACKGROUND_DB:g}, the node's; 0: every word kept)",
+    )
+    parser.add_argument(
         "--denoise",
         default="none",
         help="comma-separated suppressors to compare (none,speex,rnnoise); default none",
@@ -276,6 +293,9 @@ def main(argv: list[str] | None = None) -> int:
             lambda w: 1 <= w <= 30,
             "seconds within 1..30",
         )
+    backgrounds = distinct_values(
+        parser, "--background", args.background, float, lambda d: 0 <= d <= 60, "dB within 0..60"
+    )
     denoisers = args.denoise.split(",")
     for option, given, allowed in (
         ("--models", models, ("tiny.en", "base", "moonshine")),
@@ -314,22 +334,24 @@ def main(argv: list[str] | None = None) -> int:
     noises = {name: made[name] for name in chosen}
     snrs = (10.0,) if args.quick else SNRS_DB
     distances = [d == "far" for d in args.distances.split(",")]
-    # Each Whisper model once per --no-repeat and --final-window value, named after the
-    # options given several values.
-    variants = list(itertools.product(no_repeats, windows))
+    # Each Whisper model once per --no-repeat, --final-window and --background value, named
+    # after the options given several values.
+    variants = list(itertools.product(no_repeats, windows, backgrounds))
     recs, described = {}, []
     for model in models:
-        for n, w in variants[:1] if model == "moonshine" else variants:
+        for n, w, b in variants[:1] if model == "moonshine" else variants:
             name = model
             if model != "moonshine":
                 name += f", no-repeat {n}" if len(no_repeats) > 1 else ""
                 name += f", final window {w:g}" if len(windows) > 1 else ""
-            recs[name] = recognizer(model, n, w)
+                name += f", background {b:g}" if len(backgrounds) > 1 else ""
+            recs[name] = recognizer(model, n, w, b)
             described.append(
                 "moonshine base, 2 threads"
                 if model == "moonshine"
                 else f"whisper {model}, 2 threads, beam 5, no_repeat_ngram_size {n}, "
                 + (f"final window {w:g} s" if w else "the node's final windows")
+                + f", background_db {b:g}"
             )
     listeners = list(itertools.product(recs, denoisers))
     conditions: list[dict[str, Any]] = []

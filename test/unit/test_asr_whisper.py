@@ -8,6 +8,7 @@ after lower case and punctuation removed (Whisper writes "Hello robot."). No tim
 
 from __future__ import annotations
 
+import doctest
 import json
 import math
 import os
@@ -27,12 +28,15 @@ from test_asr import CHUNK, HELLO, START_NS, add_noise, espeak  # noqa: E402
 from omniflow.core.params import defaults  # noqa: E402
 from omniflow.core.text import edit_distance, words  # noqa: E402
 from omniflow.core.timing import NS_PER_SAMPLE  # noqa: E402
+from omniflow.engines import asr  # noqa: E402
 from omniflow.engines.asr import (  # noqa: E402
     PocketsphinxRecognizer,
     WhisperRecognizer,
+    Word,
     bundled_whisper_model,
     encoder_frames,
     make_recognizer,
+    without_background_words,
 )
 from omniflow.engines.fusion_engines import ENGINE_PARAMS  # noqa: E402
 from omniflow.errors import AudioFormatError, ConfigError, EngineError  # noqa: E402
@@ -407,6 +411,58 @@ def test_a_band_limited_source_has_its_finals_read_its_own_window(
     assert model.frames == 3000
     with pytest.raises(ConfigError, match=r"band_limited_final_window_s \(40"):
         WhisperRecognizer(band_limited_final_window_s=40.0)
+
+
+def test_the_examples_in_the_module_hold() -> None:
+    assert doctest.testmod(asr).failed == 0
+
+
+def test_a_quiet_guessed_word_is_left_out_and_a_quiet_sure_one_kept() -> None:
+    """Levels against the loudest word: 12 dB below with 0.4 is left out; 12 dB below with
+    0.9, 6 dB below with 0.4 and a word without a span are kept; 0 dB keeps all."""
+    level = {"user": 4000.0, "soft": 2000.0, "sure": 1000.0, "other": 1000.0}
+    audio = np.concatenate([np.full(1600, v) for v in level.values()]).astype(np.int16)
+    step = 1600 * NS_PER_SAMPLE
+    said = [
+        Word("user", 0, step, 0.95),
+        Word("soft", step, 2 * step, 0.4),
+        Word("sure", 2 * step, 3 * step, 0.9),
+        Word("other", 3 * step, 4 * step, 0.4),
+        Word("beyond", 5 * step, 6 * step, 0.1),  # after the audio: no span to measure
+    ]
+    kept = without_background_words(said, audio, 9.0, 0.7)
+    assert [w.text for w in kept] == ["user", "soft", "sure", "beyond"]
+    assert without_background_words(said, audio, 0.0, 0.7) == said
+    assert without_background_words([], audio, 9.0, 0.7) == []
+
+
+def test_finals_leave_background_words_out_with_the_nodes_settings(
+    whisper: WhisperRecognizer, noisy: dict[str, np.ndarray], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Full decodes pass their words through ``without_background_words`` with the node's
+    ``asr.whisper.background_db`` / ``background_unsure`` (drafts have no word times); the
+    clean sentences keep every word."""
+    assert whisper.wait_idle(30)  # the worker's own decodes would show in the spy
+    node = defaults(ENGINE_PARAMS)
+    seen = []
+
+    def spy(words, samples, quiet_db, unsure):
+        if words:  # a draft's have no times
+            seen.append((quiet_db, unsure))
+        kept = without_background_words(words, samples, quiet_db, unsure)
+        assert kept == words
+        return kept
+
+    monkeypatch.setattr(asr, "without_background_words", spy)
+    for text in EXACT:
+        assert words(whisper.decode_once(noisy[text]).text) == text.split()
+    whisper.decode_once(noisy[EXACT[0]], draft=True)
+    setting = (node["asr.whisper.background_db"], node["asr.whisper.background_unsure"])
+    assert seen == [setting] * len(EXACT)
+    with pytest.raises(ConfigError, match=r"background_db \(-1"):
+        WhisperRecognizer(background_db=-1.0)
+    with pytest.raises(ConfigError, match=r"background_unsure \(1.5"):
+        WhisperRecognizer(background_unsure=1.5)
 
 
 def test_misuse_and_bad_input_are_typed_errors(whisper: WhisperRecognizer) -> None:

@@ -10,10 +10,10 @@ answer.
 
 The defaults come from ``benchmarks/clarify.py`` (the hearing benchmark's rooms at 30 to
 5 dB, Whisper tiny.en, whose confidence is the exponential of the mean log-probability of
-its tokens): 0.45 and three words asked again 4 of 406 finals heard word for word and 135
-of 353 with half their words or more wrong. Short finals are left alone: "Turn left." and
+its tokens): 0.45 and three words asked again 4 of 402 finals heard word for word and 127
+of 346 with half their words or more wrong. Short finals are left alone: "Turn left." and
 "Hello robot." are heard right with confidences down to 0.31 (with one word as the least,
-24 finals heard right were asked again), and a stop request never reaches this policy.
+25 finals heard right were asked again), and a stop request never reaches this policy.
 Moonshine's confidence has the same meaning (the mean over its greedy tokens);
 pocketsphinx's is the posterior of the whole hypothesis, which falls with every word: turn
 this off (``below`` 0) with it. A recogniser that gives no confidence (NaN) is never asked
@@ -40,8 +40,8 @@ CLARIFY_PARAMS = (
         0.45,
         "A spoken turn whose final transcript has at least clarify.min_words words and a "
         "recogniser confidence below this gets clarify.reply instead of an answer "
-        "(benchmarks/clarify.py, Whisper tiny.en: 0.45 asks again 4 of 406 finals heard word "
-        "for word and 135 of 353 with half their words or more wrong); 0: off (use 0 with "
+        "(benchmarks/clarify.py, Whisper tiny.en: 0.45 asks again 4 of 402 finals heard word "
+        "for word and 127 of 346 with half their words or more wrong); 0: off (use 0 with "
         "pocketsphinx, whose confidence falls with every word)",
         minimum=0.0,
         maximum=1.0,

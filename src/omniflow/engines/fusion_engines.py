@@ -174,6 +174,27 @@ ENGINE_PARAMS = (
         maximum=10,
         read_only=True,
     ),
+    ParamSpec(
+        "asr.whisper.background_db",
+        9.0,
+        "A final transcript's word this much quieter than its loudest word, and guessed at "
+        "(probability below asr.whisper.background_unsure), is taken for a background "
+        "voice's and left out: in babble Whisper writes down the other talkers before and "
+        "after the user's sentence (benchmarks/hearing.py --background); 0: every word kept",
+        unit="dB",
+        minimum=0.0,
+        maximum=60.0,
+        read_only=True,
+    ),
+    ParamSpec(
+        "asr.whisper.background_unsure",
+        0.7,
+        "A quiet word (asr.whisper.background_db) is left out only when Whisper's "
+        "probability for it is below this",
+        minimum=0.0,
+        maximum=1.0,
+        read_only=True,
+    ),
     _partial_interval_spec("whisper"),
     ParamSpec(
         "asr.whisper.draft_window_s",
@@ -390,6 +411,8 @@ def fusion_engines_from_params(
             whisper_threads=p["asr.whisper.threads"],
             whisper_beam_size=p["asr.whisper.beam_size"],
             whisper_no_repeat_ngram_size=p["asr.whisper.no_repeat_ngram_size"],
+            whisper_background_db=p["asr.whisper.background_db"],
+            whisper_background_unsure=p["asr.whisper.background_unsure"],
             whisper_partial_interval_ms=p["asr.whisper.partial_interval_ms"],
             whisper_draft_window_s=p["asr.whisper.draft_window_s"],
             whisper_final_window_s=p["asr.whisper.final_window_s"],
