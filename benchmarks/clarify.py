@@ -56,7 +56,7 @@ from omniflow.core.text import edit_distance, words
 
 SENTENCES = (*OPEN, *COMMANDS, "what is this", "what is that animal")
 SNRS_DB = (30.0, 20.0, 10.0, 5.0)
-TAIL_MS = 400  # the noise after the speech (the VAD's closing silence)
+TAIL_MS = 400  # the noise after the speech, as hearing.py's default --tail-ms
 
 
 def heard_finals(model: str) -> list[dict[str, Any]]:
@@ -66,14 +66,8 @@ def heard_finals(model: str) -> list[dict[str, Any]]:
         print(f"piper voice left out: {missing}", file=sys.stderr)
     speech = []
     for i, text in enumerate(SENTENCES):
-        speech.append(
-            (
-                "espeak",
-                i,
-                text,
-                synthesise(text, voice=VOICES[i % len(VOICES)], words_per_minute=150),
-            )
-        )
+        said = synthesise(text, voice=VOICES[i % len(VOICES)], words_per_minute=150)
+        speech.append(("espeak", i, text, said))
         if say_piper is not None:
             speech.append(("piper", i, text, say_piper(text)))
     around = round((WARM_S + LEAD_S + 0.6) * RATE) + TAIL_MS * RATE // 1000
