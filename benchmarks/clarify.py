@@ -9,9 +9,10 @@ Method (prints one JSON object):
   turns), and in the piper voice too where it is installed (``requirements/piper.txt``).
 - Rooms: ``hearing.py``'s (fan, motor and babble; near and far; 16 kHz and the telephone
   band), at 30, 20, 10 and 5 dB SNR, each sentence in a stretch of the noise of its own.
-- Recognisers: ``--models`` (default tiny.en), as the fusion node runs them, told the
-  source's band; each sentence streamed as fast as the recogniser takes it (asr.py's
-  ``stream``); the final's text and confidence (``Transcript.confidence``) are kept.
+- Recognisers: ``--models`` (default tiny.en; also base, moonshine, and pocketsphinx with
+  its open vocabulary), as the fusion node runs them, told the source's band; each sentence
+  streamed as fast as the recogniser takes it (asr.py's ``stream``); the final's text and
+  confidence (``Transcript.confidence``) are kept.
 - Per model, for each ``--below`` and ``--min-words`` pair (the dialogue's
   :class:`~omniflow.core.clarify.ClarifyPolicy`): finals heard word for word that would be
   asked again (``exact_asked`` of ``exact``); finals with half their words or more wrong that
@@ -24,6 +25,7 @@ for tiny.en on the 2-core machine with the piper voice)::
 
     .venv/bin/python benchmarks/clarify.py --json build/bench/clarify.json
     .venv/bin/python benchmarks/clarify.py --models moonshine
+    .venv/bin/python benchmarks/clarify.py --models pocketsphinx --below 0.45 --min-words 3
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ from omniflow.core.clarify import CLARIFY_PARAMS, ClarifyPolicy
 from omniflow.core.dialogue import DIALOGUE_PARAMS, StopPhrases
 from omniflow.core.params import defaults
 from omniflow.core.text import edit_distance, words
+from omniflow.engines.asr import StreamingRecognizer, make_recognizer
 
 SENTENCES = (*OPEN, *COMMANDS, "what is this", "what is that animal")
 SNRS_DB = (30.0, 20.0, 10.0, 5.0)
@@ -72,7 +75,7 @@ def heard_finals(model: str) -> list[dict[str, Any]]:
             speech.append(("piper", i, text, say_piper(text)))
     around = round((WARM_S + LEAD_S + 0.6) * RATE) + TAIL_MS * RATE // 1000
     noises = make_noises(max(len(s) for *_, s in speech) + around, seed=7)
-    rec = recognizer(model)
+    rec = make_recognizer("pocketsphinx") if model == "pocketsphinx" else recognizer(model)
     finals = []
     try:
         for rate, (noise_name, noise), snr, far in itertools.product(
@@ -101,7 +104,8 @@ def heard_finals(model: str) -> list[dict[str, Any]]:
             where = f"{rate} Hz {noise_name} {snr:g} dB {'far' if far else 'near'}"
             print(f"{model} {where}: heard", file=sys.stderr, flush=True)
     finally:
-        rec.close()
+        if isinstance(rec, StreamingRecognizer):  # a worker thread of its own
+            rec.close()
     return finals
 
 
@@ -138,7 +142,9 @@ def scored(finals: list[dict[str, Any]], policy: ClarifyPolicy) -> dict[str, Any
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--models", default="tiny.en", help="comma-separated: tiny.en, base, moonshine"
+        "--models",
+        default="tiny.en",
+        help="comma-separated: tiny.en, base, moonshine, pocketsphinx",
     )
     parser.add_argument("--below", default="0.35,0.4,0.45,0.5", help="clarify.below values")
     parser.add_argument("--min-words", default="1,2,3", help="clarify.min_words values")
@@ -147,8 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     models = args.models.split(",")
-    if not models or set(models) - {"tiny.en", "base", "moonshine"}:
-        parser.error(f"--models takes tiny.en, base, moonshine: {args.models}")
+    if not models or set(models) - {"tiny.en", "base", "moonshine", "pocketsphinx"}:
+        parser.error(f"--models takes tiny.en, base, moonshine, pocketsphinx: {args.models}")
     belows = distinct_values(
         parser, "--below", args.below, float, lambda b: 0 <= b <= 1, "values within 0..1"
     )

@@ -87,6 +87,9 @@ def test_commands_are_recognised_exactly_with_the_grammar(
     result, _ = recognise(commands_recognizer, phrases[text])
     assert result.text == text
     assert [w.text for w in result.words] == text.split()
+    # the hypothesis' posterior per word (the dialogue's clarify.below reads it)
+    posterior = commands_recognizer._decoder.hyp().prob
+    assert result.confidence == pytest.approx(posterior ** (1 / len(text.split())))
     assert 0.0 <= result.confidence <= 1.0
 
 

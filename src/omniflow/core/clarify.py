@@ -15,9 +15,10 @@ of 346 with half their words or more wrong. Short finals are left alone: "Turn l
 "Hello robot." are heard right with confidences down to 0.31 (with one word as the least,
 25 finals heard right were asked again), and a stop request never reaches this policy.
 Moonshine's confidence has the same meaning (the mean over its greedy tokens);
-pocketsphinx's is the posterior of the whole hypothesis, which falls with every word: turn
-this off (``below`` 0) with it. A recogniser that gives no confidence (NaN) is never asked
-about.
+pocketsphinx gives its hypothesis' posterior per word (the n-th root for n words). With its
+open vocabulary, which heard 25 of 956 finals word for word in the same rooms, 695 of its 714
+finals of three words or more are asked again. A recogniser that gives no confidence (NaN)
+is never asked about.
 
 No ROS here: :class:`~omniflow.core.dialogue.DialogueManager` applies the policy to the
 turns it starts from speech.
@@ -41,8 +42,8 @@ CLARIFY_PARAMS = (
         "A spoken turn whose final transcript has at least clarify.min_words words and a "
         "recogniser confidence below this gets clarify.reply instead of an answer "
         "(benchmarks/clarify.py, Whisper tiny.en: 0.45 asks again 4 of 402 finals heard word "
-        "for word and 127 of 346 with half their words or more wrong); 0: off (use 0 with "
-        "pocketsphinx, whose confidence falls with every word)",
+        "for word and 127 of 346 with half their words or more wrong); 0: off. Pocketsphinx's "
+        "open vocabulary, which mishears most sentences, is asked again nearly always",
         minimum=0.0,
         maximum=1.0,
         live=True,

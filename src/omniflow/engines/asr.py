@@ -293,17 +293,20 @@ class PocketsphinxRecognizer(Recognizer):
         return text
 
     def finish(self) -> RecognitionResult:
-        """Decode the tail and return text, posterior confidence and the words with their
-        times and posteriors."""
+        """Decode the tail and return text, confidence and the words with their times and
+        posteriors. The confidence is the n-th root of the hypothesis' posterior for n
+        words: the whole posterior falls with every word (0.0001 for hello.wav heard as seven
+        words), a figure per word stays on the scale of Whisper's per-token one, which the
+        dialogue's ``clarify.below`` reads (``benchmarks/clarify.py --models pocketsphinx``)."""
         if not self._active:
             raise EngineError("finish() outside an utterance: call start() first")
         self._end_utt()
         hyp = self._decoder.hyp()
         if hyp is None or not hyp.hypstr:
             return RecognitionResult("", math.nan, [])
-        confidence = float(hyp.prob)
-        if not 0.0 <= confidence <= 1.0:
-            confidence = math.nan
+        posterior = float(hyp.prob)
+        per_word = 1 / len(hyp.hypstr.split())
+        confidence = posterior**per_word if 0.0 <= posterior <= 1.0 else math.nan
         words: list[Word] = []
         for seg in self._decoder.seg():
             word = seg.word
