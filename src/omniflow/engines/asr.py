@@ -359,14 +359,14 @@ def encoder_frames(samples: int, window_s: float) -> int:
 def without_background_words(
     words: list[Word], samples: np.ndarray, quiet_db: float, unsure: float
 ) -> list[Word]:
-    """``words`` (times relative to ``samples``' first sample) without those most likely
-    another voice's: at least ``quiet_db`` quieter than the final's loudest word (RMS over
-    each word's span) and a guess (probability below ``unsure``). In babble Whisper writes
-    down the background talkers before and after the user's sentence ("please put the green
-    bottle on the table after this meeting"), words about as far below the user's voice as
-    the room's SNR and guessed at; a soft word of the user's that Whisper is sure of stays.
-    The defaults (9 dB, 0.7) are ``benchmarks/hearing.py --background``'s. ``quiet_db`` 0:
-    all words kept. A word without a span is kept.
+    """``words`` (times relative to ``samples``' first sample; samples of any scale) without
+    those most likely another voice's: at least ``quiet_db`` quieter than the final's
+    loudest word (RMS over each word's span) and a guess (probability below ``unsure``).
+    In babble Whisper writes down the background talkers before and after the user's
+    sentence ("please put the green bottle on the table after this meeting"), words about as
+    far below the user's voice as the room's SNR and guessed at; a soft word of the user's
+    that Whisper is sure of stays. The defaults (9 dB, 0.7) are ``benchmarks/hearing.py
+    --background``'s. ``quiet_db`` 0: all words kept. A word without a span is kept.
 
     >>> rng = np.random.default_rng(0)
     >>> loud, soft = rng.normal(0, 3000, 8000), rng.normal(0, 300, 8000)
@@ -379,11 +379,11 @@ def without_background_words(
     """
     if quiet_db <= 0 or not words:
         return words
-    audio = samples.astype(np.float64)
     levels = []
     for w in words:
-        span = audio[w.start_ns // NS_PER_SAMPLE : w.end_ns // NS_PER_SAMPLE]
-        levels.append(math.sqrt(float(np.mean(np.square(span)))) if len(span) else math.nan)
+        span = samples[w.start_ns // NS_PER_SAMPLE : w.end_ns // NS_PER_SAMPLE]
+        level = np.mean(np.square(span, dtype=np.float64)) if len(span) else math.nan
+        levels.append(math.sqrt(level))
     loudest = max((level for level in levels if not math.isnan(level)), default=0.0)
     floor = loudest * 10 ** (-quiet_db / 20)
     return [
@@ -1027,7 +1027,7 @@ class WhisperRecognizer(StreamingRecognizer):
             tokens = " ".join(t for t in texts if t).split()
             tokens = tokens[: loop_cut(tokens, prompt)]
             words = words[: loop_cut([w.text for w in words], prompt)]
-            heard = without_background_words(words, samples, background_db, background_unsure)
+            heard = without_background_words(words, audio, background_db, background_unsure)
             if len(heard) < len(words):  # the words carry their punctuation
                 words, tokens = heard, [w.text for w in heard]
             return RecognitionResult(" ".join(tokens), confidence, words)
