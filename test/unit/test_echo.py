@@ -13,7 +13,7 @@ import soundfile
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from omniflow.core.echo import EchoGate, EchoReference
+from omniflow.core.echo import EchoGate, EchoReference, LinearEcho
 from omniflow.core.params import defaults
 from omniflow.core.resample import resample_int16
 from omniflow.core.room_sounds import pink_noise
@@ -295,3 +295,90 @@ def test_comfort_noise_after_the_user_spoke_is_as_loud_as_the_room_not_the_voice
     level_db = 10 * np.log10(np.mean(comfort**2) / np.mean(room_noise**2))
     assert abs(level_db) < 2.0
     assert len(starts) == 1  # the question
+
+
+def single_path(played: np.ndarray, delay_ms: float, gain_db: float) -> np.ndarray:
+    """The played signal through a loudspeaker near the microphone: delayed and attenuated,
+    no room (as in the bundled session)."""
+    delayed = np.concatenate([np.zeros(int(delay_ms * RATE / 1000)), played.astype(np.float64)])
+    return delayed[: len(played)] * 10 ** (gain_db / 20)
+
+
+def talk_over(voices, start_s: float, user_db: float = 0.0):
+    """(microphone, played, the user's part of the microphone): the robot's line from 0.5 s
+    and the user talking over it from ``start_s`` at ``user_db`` against the echo."""
+    robot, user = voices
+    played = np.zeros(len(robot) + RATE, np.int16)
+    played[RATE // 2 : RATE // 2 + len(robot)] = robot
+    echo = single_path(played, 25.0, -10.0)
+    voiced = user[np.abs(user) > 0].astype(np.float64)
+    scale = np.sqrt(np.mean(echo[echo != 0] ** 2) / np.mean(voiced**2)) * 10 ** (user_db / 20)
+    talk = np.zeros(len(played))
+    at = int(start_s * RATE)
+    talk[at : at + len(user)] = (user.astype(np.float64) * scale)[: len(played) - at]
+    return pcm(echo + talk + noise(len(played), dbfs=-60.0)), played, talk
+
+
+def snr_db(signal: np.ndarray, clean: np.ndarray) -> float:
+    """How far ``signal`` is from ``clean``: clean's power over the difference's (dB)."""
+    error = signal.astype(np.float64) - clean
+    return 10 * math.log10(np.sum(clean**2) / max(np.sum(error**2), 1e-9))
+
+
+def test_the_recogniser_hears_the_users_first_word_under_the_robots_voice(voices):
+    mic, played, talk = talk_over(voices, start_s=4.0)
+    results, starts, _ = run(mic, played)
+    # The chunks from the user's onset until the gate lets the user through: "St" of "Stop",
+    # quieter than the robot's voice, which the gate takes for the robot's.
+    first = int(4.0 * RATE) // CHUNK
+    taken = list(itertools.takewhile(lambda r: r.echo, results[first:]))
+    span = slice(first * CHUNK, (first + len(taken)) * CHUNK)
+    assert len(taken) >= 2, "the gate must take the onset (else the test is void)"
+    assert all(r.heard is not None for r in taken), "the canceller learnt the path in time"
+    heard = np.concatenate([r.heard for r in taken])
+    gated = np.concatenate([r.samples for r in taken])
+    assert snr_db(heard, talk[span]) > 10.0
+    assert snr_db(gated, talk[span]) < 1.0
+    assert starts, "the voice detector still starts on the user"
+
+
+def test_the_recogniser_gets_the_gates_noise_where_the_robot_talks_alone(voices):
+    mic, played, talk = talk_over(voices, start_s=4.0)
+    results, starts, _ = run(mic, played)
+    alone = results[int(1.0 * RATE) // CHUNK : int(4.0 * RATE) // CHUNK]
+    assert all(r.heard is None for r in alone if r.echo), "an echo chunk is the gate's noise"
+    assert starts and min(starts) > 3.9
+
+
+def test_the_canceller_takes_nothing_for_the_recogniser_before_it_has_learnt_the_path(voices):
+    mic, played, _ = talk_over(voices, start_s=0.7)
+    results, _, _ = run(mic, played)
+    assert all(r.heard is None for r in results[: int(1.2 * RATE) // CHUNK])
+
+
+def test_without_the_linear_canceller_the_recogniser_hears_the_gates_output(voices):
+    mic, played, _ = talk_over(voices, start_s=4.0)
+    results, _, _ = run(mic, played, linear=False)
+    assert all(r.heard is None for r in results)
+
+
+def test_the_canceller_learns_a_path_that_changed_while_the_robot_talks(voices):
+    robot, _ = voices
+    played = np.concatenate([robot, robot, np.zeros(RATE, np.int16)]).astype(np.float64)
+    reference = EchoReference(history_ms=2000)
+    linear = LinearEcho(reference)
+    change = len(robot)
+    mic = np.concatenate(
+        [single_path(played, 25.0, -10.0)[:change], single_path(played, 25.0, -4.0)[change:]]
+    )
+    converged = []
+    for i in range(len(played) // CHUNK):
+        stamp = T0 + i * CHUNK * NS_PER_SAMPLE
+        block = played[i * CHUNK : (i + 1) * CHUNK]
+        reference.add(stamp, block)
+        if np.any(block):
+            linear.process(mic[i * CHUNK : (i + 1) * CHUNK], stamp, 25 * RATE // 1000, adapt=True)
+        converged.append(linear.converged)
+    turned = change // CHUNK
+    assert converged[turned - 1], "learnt the first path"
+    assert converged[-RATE // CHUNK - 1], "and the second, though it began as 'double talk'"

@@ -180,6 +180,7 @@ class EchoOut:
     echo_score: float
     echo: bool
     delay_ms: float
+    heard: np.ndarray | None = None
 
 
 class PassGate:
@@ -366,6 +367,27 @@ def test_the_suppressor_cleans_each_chunk_for_the_vad_and_the_recogniser_and_res
     assert {int(c[1]) for c in utterance["chunks"][:10]} == {LOUD}  # what the VAD judged too
     feed(pipeline, [QUIET] * 3, start_ns=T0 - 10 * NS_PER_S)  # the stream went back
     assert engines.denoise.resets == 1
+
+
+class ResidualGate(PassGate):
+    """Hands the VAD the chunk as it is and the recogniser a copy marked as the linear
+    canceller's residual (its second sample 7)."""
+
+    def process(self, samples: np.ndarray, stamp_ns: int) -> EchoOut:
+        out = super().process(samples, stamp_ns)
+        heard = samples.copy()
+        heard[1] = 7
+        return EchoOut(out.samples, out.echo_score, out.echo, out.delay_ms, heard)
+
+
+def test_the_recogniser_hears_the_echo_stages_residual_from_the_preroll_on():
+    pipeline, engines = make(ScriptedVad(confirm=3), echo=True)
+    reference = engines.echo.reference
+    engines.echo = EchoStage(ResidualGate(reference), reference, ScriptedVad())
+    feed(pipeline, [QUIET] * 5 + [LOUD] * 10 + [QUIET] * 10)
+    (utterance,) = engines.recognizer.utterances
+    assert [int(c[0]) for c in utterance["chunks"]][:10] == list(range(5, 15))
+    assert {int(c[1]) for c in utterance["chunks"]} == {7}
 
 
 @pytest.mark.parametrize("back_s", [2, 10, 3600])

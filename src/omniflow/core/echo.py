@@ -26,7 +26,13 @@ where nothing played). For each microphone chunk, :class:`EchoGate`:
    room's own noise coming back after it, for speech, and the robot's answers in 10 dB pink
    noise were "interrupted" at their first syllable). Any other chunk has the predicted echo
    power subtracted band by band (``over`` times it) and goes on to the voice-activity
-   detector and the recogniser.
+   detector and the recogniser;
+4. learns the echo path as a linear filter (:class:`LinearEcho`) from the chunks the robot's
+   voice has alone. Once it cancels the echo by 20 dB, ``heard`` is its residual: what the
+   recogniser gets instead of the comfort noise (in a chunk where the user talks over the
+   robot) or the band subtraction, so that the first word of an interruption, said while
+   the robot still talks, is heard with its waveform. The voice-activity detector keeps
+   ``samples``: what starts speech is unchanged.
 
 The room's noise is learnt, bin by bin, from the chunks heard while nothing plays, by
 minimum statistics: each bin's power smoothed over a few chunks, its lowest value tracked
@@ -53,7 +59,7 @@ import numpy as np
 from omniflow.core.timing import NS_PER_MS, NS_PER_S, SAMPLE_RATE
 from omniflow.errors import AudioFormatError, ConfigError
 
-__all__ = ["EchoGate", "EchoReference", "EchoResult"]
+__all__ = ["EchoGate", "EchoReference", "EchoResult", "LinearEcho"]
 
 # Reference quieter than this (mean square, int16 units; about -70 dBFS) counts as silence.
 _SILENT_POWER = 10.0
@@ -145,6 +151,10 @@ class EchoResult:
     echo_score: float  # share of the chunk's energy the echo explains; NaN: no reference
     echo: bool  # the chunk is the robot's voice (score >= the suppress score)
     delay_ms: float  # delay of the reference in the microphone (NaN: not estimated)
+    # What the recogniser should hear of the chunk: the linear canceller's residual once it
+    # has learnt the echo path (the user's waveform kept, even in a chunk the echo dominates);
+    # None: ``samples``.
+    heard: np.ndarray | None = None
 
 
 class EchoGate:
@@ -156,7 +166,7 @@ class EchoGate:
     ``benchmarks/README.md``). ``max_delay_ms``: longest speaker-to-microphone delay
     searched (output buffering included). ``reverb_ms``: how long the room keeps an echo
     audible after the reference (the predicted echo includes the reference this far back,
-    decaying).
+    decaying). ``linear``: also run the :class:`LinearEcho` canceller for ``heard``.
     ``over``: overestimation of the echo in the subtraction (more removes more echo and more
     of the user's voice during double talk). Not thread-safe: one gate per microphone stream,
     called from one thread.
@@ -171,6 +181,7 @@ class EchoGate:
         reverb_ms: float = 320.0,
         over: float = 2.0,
         confirm: int = 1,
+        linear: bool = True,
     ) -> None:
         if not 0.0 < suppress_score <= 1.0:
             raise ConfigError(f"suppress_score must be in (0, 1], not {suppress_score}")
@@ -206,6 +217,7 @@ class EchoGate:
         self._smoothed: np.ndarray | None = None
         self._floor: np.ndarray | None = None
         self._rng = np.random.default_rng(0)  # comfort noise
+        self._linear = LinearEcho(reference) if linear else None
 
     @property
     def max_delay_ms(self) -> float:
@@ -218,6 +230,8 @@ class EchoGate:
         self._mic_power = 0.0
         self._learnt = 0
         self._previous = np.zeros(0)
+        if self._linear is not None:
+            self._linear.reset()
 
     def process(self, samples: np.ndarray, stamp_ns: int) -> EchoResult:
         """Take the echo out of one int16 chunk whose first sample was captured at ``stamp_ns``."""
@@ -276,18 +290,23 @@ class EchoGate:
         )
         echo_bands = np.maximum(self._gain * heard_total, self._direct_gain * direct_total)
         energy = float(mic_total.sum())
-        if energy <= 0.0:
-            return EchoResult(self._comfort(n), 1.0, True, delay * 1000 / rate)
-        score = float(min(echo_bands.sum() / energy, 1.0))
+        score = float(min(echo_bands.sum() / energy, 1.0)) if energy > 0.0 else 1.0
+        residual = None
+        if self._linear is not None:
+            noise = n * float(self._floor.mean()) / _FLOOR_BIAS
+            residual = self._linear.process(x, stamp_ns, delay, score >= _ADAPT_SCORE, noise)
+            residual = residual if self._linear.converged else None
+        delay_ms = delay * 1000 / rate
         self._clear_run = 0 if score >= self.suppress_score else self._clear_run + 1
-        if self._clear_run < self.confirm:
-            return EchoResult(self._comfort(n), score, True, delay * 1000 / rate)
+        if energy <= 0.0 or self._clear_run < self.confirm:
+            heard = _pcm(residual) if residual is not None and self._linear.double_talk else None
+            return EchoResult(self._comfort(n), score, True, delay_ms, heard)
+        heard = None if residual is None else _pcm(residual)
         # Power subtraction per band, applied as a gain on the chunk's own spectrum.
         keep = np.sqrt(np.clip(1.0 - self.over * echo_bands / (mic_total + 1e-9), 0.0, 1.0))
         spectrum = np.fft.rfft(x)
         cleaned = np.fft.irfft(spectrum * keep[_band_of_bin(len(spectrum))], n)
-        out = np.clip(np.round(cleaned), -32768, 32767).astype(np.int16)
-        return EchoResult(out, score, False, delay * 1000 / rate)
+        return EchoResult(_pcm(cleaned), score, False, delay_ms, heard)
 
     def _learn_noise(self, spectrum: np.ndarray, count: int) -> None:
         """Take one chunk heard while nothing played into the room's noise (a chunk of
@@ -336,6 +355,109 @@ class EchoGate:
             self._mic_power = _CORR_FORGET * self._mic_power + mic_power
         ncc = np.abs(self._corr) / np.sqrt(self._ref_power * self._mic_power + 1e-9)
         return d - int(np.argmax(ncc))
+
+
+class LinearEcho:
+    """The echo path as a linear filter, learnt while the robot talks alone, so that the
+    user's voice can be heard under the robot's (pure numpy; one per microphone stream).
+
+    The gate above replaces a chunk the echo dominates with noise: right for the voice
+    detector (the robot's voice never starts speech), but the user's first syllable said over
+    the robot goes with it ("Stop" heard as "up"). This filter predicts the echo sample by
+    sample, ``taps_ms`` of the reference from ``margin_ms`` before the gate's delay on, and
+    subtracts it: the residual keeps the user's waveform. It is a frequency-domain normalised
+    LMS filter (one block per chunk, its gradient constrained to the filter's length),
+    adapted only on chunks the gate scores as the robot's voice alone (at least
+    :data:`_ADAPT_SCORE`) and, once it cancels, only on those whose residual is near what it
+    usually leaves of the echo it predicts (plus the room's noise): a residual far above that
+    is the user talking over the robot (double talk), assumed for the next 320 ms too.
+    ``converged``: its echo return loss enhancement (mic over residual energy on the chunks
+    it adapts on that are loud enough above the room's noise to show it, smoothed) is at
+    least :data:`_CONVERGED_DB`. The filter follows the gate's delay when that moves by more
+    than ``margin_ms`` and keeps what it learnt through silences (the room does not change
+    while nobody speaks).
+    """
+
+    def __init__(
+        self, reference: EchoReference, *, taps_ms: float = 128.0, margin_ms: float = 20.0
+    ) -> None:
+        self.reference = reference
+        rate = reference.sample_rate
+        self._taps = round(taps_ms * rate / 1000)
+        self._margin = round(margin_ms * rate / 1000)
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the echo path."""
+        self._h = np.zeros(self._taps)
+        self._lag: int | None = None  # reference samples before the filter's first tap
+        self._power: np.ndarray | None = None  # reference power per bin, smoothed
+        self.erle_db = 0.0
+        self.double_talk = False  # the user may be talking over the robot (see process)
+        self._hold = 0  # chunks double talk is still assumed for
+        self._doubted = 0  # chunks in a row taken for double talk while the gate heard echo
+
+    @property
+    def converged(self) -> bool:
+        return self.erle_db >= _CONVERGED_DB
+
+    def process(
+        self, mic: np.ndarray, stamp_ns: int, delay: int, adapt: bool, noise: float = 0.0
+    ) -> np.ndarray:
+        """The residual (float64) of ``mic`` (float64, first sample at ``stamp_ns``) once the
+        echo the filter predicts is taken out; ``delay``: the gate's estimate (samples);
+        ``adapt``: the chunk is the robot's voice alone as far as the gate can tell;
+        ``noise``: the room's noise energy in a chunk (a residual no louder than the echo
+        left over and that is no double talk)."""
+        n, taps = len(mic), self._taps
+        lag = max(delay - self._margin, 0)
+        if self._lag is None:
+            self._lag = lag
+        elif abs(lag - self._lag) > self._margin:  # the path moved: keep the taps aligned
+            shift, shifted = lag - self._lag, np.zeros(taps)
+            if 0 <= shift < taps:  # tap k is now what tap k + shift was
+                shifted[: taps - shift] = self._h[shift:]
+            elif -taps < shift < 0:
+                shifted[-shift:] = self._h[: taps + shift]
+            self._h, self._lag = shifted, lag
+        rate = self.reference.sample_rate
+        start_ns = stamp_ns - (self._lag + taps - 1) * NS_PER_S // rate
+        ref = self.reference.window(start_ns, n + taps - 1).astype(np.float64)
+        size = 1 << (n + taps - 1).bit_length()
+        spectrum = np.fft.rfft(ref, size)
+        predicted = np.fft.irfft(spectrum * np.fft.rfft(self._h, size), size)[
+            taps - 1 : taps - 1 + n
+        ]
+        residual = mic - predicted
+        power = np.abs(spectrum) ** 2 / n
+        self._power = power if self._power is None else 0.7 * self._power + 0.3 * power
+        heard, left = float(mic @ mic) + 1.0, float(residual @ residual) + 1.0
+        enhancement = 10.0 * math.log10(heard / left)
+        usual = float(predicted @ predicted) * 10 ** (-self.erle_db / 10) + noise
+        if self.converged and left > 10 ** (_DOUBLE_TALK_DB / 10) * usual:
+            self._hold = _HOLD_CHUNKS  # and the user's quieter sounds around it
+        else:
+            self._hold = max(self._hold - 1, 0)
+        self.double_talk = self._hold > 0
+        # The robot talking on through a second of "double talk" is a path that changed (the
+        # robot turned, a door opened), not a user: the robot stops on a barge-in. Learn anew.
+        self._doubted = self._doubted + 1 if adapt and self.double_talk else 0
+        if self._doubted >= _RELEARN_CHUNKS:
+            self.erle_db, self.double_talk, self._doubted, self._hold = 0.0, False, 0, 0
+        if adapt and not self.double_talk:
+            error = np.zeros(size)
+            error[taps - 1 : taps - 1 + n] = residual
+            norm = self._power + _REGULARISE * float(self._power.mean()) + 1e-9
+            step = np.fft.irfft(np.fft.rfft(error) * np.conj(spectrum) / norm, size)
+            self._h += _STEP * step[:taps] / n
+            if heard > 10 ** ((_CONVERGED_DB + _ABOVE_NOISE_DB) / 10) * noise:
+                # only an echo well above the room's noise can show how much is cancelled
+                self.erle_db += _ERLE_SMOOTH * (enhancement - self.erle_db)
+        return residual
+
+
+def _pcm(x: np.ndarray) -> np.ndarray:
+    return np.clip(np.round(x), -32768, 32767).astype(np.int16)
 
 
 def _learn(
@@ -407,6 +529,22 @@ _LEARN_DOWN = 0.05
 # second or so.
 _PLAUSIBLE_RISE = math.log(10.0)  # 10 dB, in log power
 _SLOW_CLIMB = math.log(10.0) / 20  # 0.5 dB
+# The linear canceller (LinearEcho): adapted on chunks the gate scores at least this (the
+# robot's voice alone); step size and regularisation of its normalised LMS; converged from
+# this echo return loss enhancement on (measured on chunks at least that and
+# _ABOVE_NOISE_DB above the room's noise); the weight of a chunk in that figure; and, once
+# converged, a chunk whose residual is this far above the usual is taken for double talk,
+# unless that lasts this many chunks (1 s of 40 ms chunks) while the gate hears the robot,
+# and so are the next few chunks (the user's quieter sounds between the loud ones).
+_ADAPT_SCORE = 0.9
+_STEP = 0.5
+_REGULARISE = 0.01
+_CONVERGED_DB = 20.0
+_ERLE_SMOOTH = 0.1
+_DOUBLE_TALK_DB = 10.0
+_RELEARN_CHUNKS = 25
+_HOLD_CHUNKS = 8
+_ABOVE_NOISE_DB = 6.0
 
 
 def _frames(signal: np.ndarray) -> np.ndarray:

@@ -264,6 +264,9 @@ class EchoOutcome(Protocol):
     @property
     def delay_ms(self) -> float: ...
 
+    @property
+    def heard(self) -> np.ndarray | None: ...
+
 
 class EchoGate(Protocol):
     """``omniflow.core.echo.EchoGate``: takes the robot's voice out of a microphone chunk."""
@@ -829,10 +832,10 @@ class FusionPipeline:
         if stamp_ns < self._last_audio_end_ns - RESTART_NS:
             self._restart(self._last_audio_end_ns - stamp_ns)
         self._last_audio_end_ns = end_ns
-        samples = self._remove_echo(samples, stamp_ns)
+        samples, heard = self._remove_echo(samples, stamp_ns)
         if self.engines.denoise is not None:
-            samples = self.engines.denoise.process(samples)
-        self._preroll.append((stamp_ns, samples))
+            samples = heard = self.engines.denoise.process(samples)
+        self._preroll.append((stamp_ns, heard))
         while self._preroll and self._preroll[0][0] < end_ns - PREROLL_NS - self.config.lead_in_ns:
             self._preroll.popleft()
         code = self._audio_lsh.encode(audio_features(samples))
@@ -847,14 +850,14 @@ class FusionPipeline:
                 )
             else:
                 if asr is not None and asr.active and not fed:
-                    self._feed(samples, end_ns)
+                    self._feed(heard, end_ns)
                     fed = True
                 self.stats.speech_ends += 1
                 self._activity_event(Activity.END, event.stamp_ns)
                 if asr is not None and asr.active:
                     self._end_utterance(event.stamp_ns)
         if asr is not None and asr.active and not fed:
-            self._feed(samples, end_ns)
+            self._feed(heard, end_ns)
         if self._raw_run is not None and vad.is_speech:
             self._raw_run[1] = True
         if vad.is_speech and end_ns - self._speech_start_ns > self.config.max_utterance_ns:
@@ -928,12 +931,13 @@ class FusionPipeline:
             self.stats.last_bias = prompt or ""
             asr.set_prompt(prompt)
 
-    def _remove_echo(self, samples: np.ndarray, stamp_ns: int) -> np.ndarray:
-        """The chunk with the robot's voice taken out (unchanged without an echo stage);
-        counts the speech starts that only the echo made."""
+    def _remove_echo(self, samples: np.ndarray, stamp_ns: int) -> tuple[np.ndarray, np.ndarray]:
+        """The chunk with the robot's voice taken out, for the VAD, and what the recogniser
+        hears of it (both unchanged without an echo stage); counts the speech starts that
+        only the echo made."""
         echo = self.engines.echo
         if echo is None:
-            return samples
+            return samples, samples
         result = echo.gate.process(samples, stamp_ns)
         self._echo_score = result.echo_score
         if result.echo:
@@ -948,7 +952,7 @@ class FusionPipeline:
                 if played and not heard:
                     self.stats.echo_suppressed_starts += 1
                 self._raw_run = None
-        return result.samples
+        return result.samples, result.samples if result.heard is None else result.heard
 
     def _cut_utterance(self, end_ns: int) -> None:
         """End an utterance that lasted too long: final transcript now, VAD from scratch."""

@@ -327,6 +327,16 @@ ENGINE_PARAMS = (
         maximum=1000,
         read_only=True,
     ),
+    ParamSpec(
+        "echo.linear",
+        True,
+        "Also learn the echo path as a linear filter while the robot talks alone; once it "
+        "cancels 20 dB, the recogniser hears its residual where the user talks over the "
+        "robot instead of the noise the gate puts there (the bundled session's barge-in "
+        "'Stop' is heard instead of 'up'; benchmarks/echo.py --hear --spoken-before). The "
+        "voice detector is unchanged. About 0.2 ms a chunk while the robot speaks",
+        read_only=True,
+    ),
 )
 
 
@@ -337,6 +347,7 @@ class EchoSettings:
     suppress_score: float = 0.7
     max_delay_ms: float = 300.0
     reverb_ms: float = 320.0
+    linear: bool = True
 
 
 def make_fusion_engines(
@@ -381,6 +392,7 @@ def make_fusion_engines(
             suppress_score=echo.suppress_score,
             max_delay_ms=echo.max_delay_ms,
             reverb_ms=echo.reverb_ms,
+            linear=echo.linear,
         )
         stage = EchoStage(gate, reference, make_vad(vad_engine, **timing))
     return FusionEngines(
@@ -434,7 +446,12 @@ def fusion_engines_from_params(
         )
 
     echo = (
-        EchoSettings(p["echo.suppress_score"], p["echo.max_delay_ms"], p["echo.reverb_ms"])
+        EchoSettings(
+            p["echo.suppress_score"],
+            p["echo.max_delay_ms"],
+            p["echo.reverb_ms"],
+            p["echo.linear"],
+        )
         if p["echo.enabled"]
         else None
     )
