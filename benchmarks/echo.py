@@ -19,8 +19,10 @@ Method (prints one JSON object):
   learnt from it. With ``--room-before-s 0`` they meet the room and the robot's voice at once.
 - Candidates: ``none`` (the microphone straight to the VAD); ``gate``
   (:class:`omniflow.core.echo.EchoGate` as the fusion node runs it, suppress score 0.7),
-  ``gate-0.8`` and ``gate-0.9`` (higher suppress scores) and ``gate-confirm2`` (two clear
-  chunks in a row before any passes); ``speex`` (Speex MDF cancellation,
+  ``gate-no-linear`` (the same without its linear canceller, which changes only what the
+  recogniser hears: same VAD figures, its cost shown apart), ``gate-0.8`` and ``gate-0.9``
+  (higher suppress scores) and ``gate-confirm2`` (two clear chunks in a row before any
+  passes); ``speex`` (Speex MDF cancellation,
   :class:`omniflow.engines.aec.SpeexEchoCanceller`, 20 ms frames, 300 ms tail, no gate) and
   ``speex+gate`` (Speex with its removed-energy share as the gate, 0.5).
   Every candidate sees the same 40 ms chunks with stream-time stamps and feeds the fusion
@@ -35,7 +37,10 @@ Method (prints one JSON object):
   ``double`` with the robot falling silent ``--stop-after-ms`` after the user's onset, as
   the speech node does on a barge-in (its echo's reverberant tail still in the room). Word
   error rate against the words spoken, and in how many rooms the first word, "stop", was
-  heard.
+  heard; each with the node's ``echo.linear`` on (``linear``) and off (``no-linear``).
+  With ``--spoken-before`` each case is heard after the robot's whole line in the
+  same room (the gate's linear canceller learns the room from it, as on a robot that has
+  talked before: the path from its speaker to its microphone does not change between turns).
 
 Run from the repository root::
 
@@ -128,6 +133,8 @@ def make_stage(name: str, reference: EchoReference):
         return EchoGate(reference, suppress_score=0.9)
     if name == "gate-confirm2":
         return EchoGate(reference, confirm=2)
+    if name == "gate-no-linear":
+        return EchoGate(reference, linear=False)
     if name == "speex":
         return SpeexEchoCanceller(reference, suppress_score=2.0)
     if name == "speex+gate":
@@ -192,10 +199,24 @@ def run_case(
     return out
 
 
-def hear(mic: np.ndarray, played: np.ndarray | None) -> str:
+def hear(
+    mic: np.ndarray,
+    played: np.ndarray | None,
+    before: tuple[np.ndarray, np.ndarray] | None,
+    linear: bool,
+) -> str:
     """The finals the fusion node's audio path makes of ``mic`` (the robot playing
-    ``played``), joined; fresh engines each time, so no state crosses cases."""
-    params = {**defaults((*PIPELINE_PARAMS, *ENGINE_PARAMS)), "vision.rate_hz": 0.0}
+    ``played``), joined; fresh engines each time, so no state crosses cases. ``before``:
+    the microphone and the played audio of the same room heard first, in the same stream;
+    ``linear``: the node's ``echo.linear``."""
+    if before is not None:
+        played = np.zeros(len(mic), np.int16) if played is None else played
+        mic, played = np.concatenate([before[0], mic]), np.concatenate([before[1], played])
+    params = {
+        **defaults((*PIPELINE_PARAMS, *ENGINE_PARAMS)),
+        "vision.rate_hz": 0.0,
+        "echo.linear": linear,
+    }
     pipeline = FusionPipeline(FusionConfig.from_params(params), fusion_engines_from_params(params))
     try:
         finals: list[str] = []
@@ -259,6 +280,12 @@ def main() -> int:
         help="the room alone before the robot speaks (the VAD's noise floor and the gate's "
         "comfort noise learn it)",
     )
+    parser.add_argument(
+        "--spoken-before",
+        action="store_true",
+        help="with --hear: the robot has said its line once in the same room before each "
+        "case (the echo canceller learns the room from it, as on a robot that has talked)",
+    )
     parser.add_argument("--json", type=Path, help="also write the JSON here")
     args = parser.parse_args()
     if args.room_before_s < 0:
@@ -266,7 +293,16 @@ def main() -> int:
     robot = speak(ROBOT_TEXT, "en-us")
     user = speak(USER_TEXT, "en-gb-scotland")
     user_on = onset_s(user)
-    candidates = ["none", "gate", "gate-0.8", "gate-0.9", "gate-confirm2", "speex", "speex+gate"]
+    candidates = [
+        "none",
+        "gate",
+        "gate-no-linear",
+        "gate-0.8",
+        "gate-0.9",
+        "gate-confirm2",
+        "speex",
+        "speex+gate",
+    ]
     try:
         SpeexEchoCanceller(EchoReference())
     except EngineError as err:
@@ -284,7 +320,7 @@ def main() -> int:
         for c in candidates
     }
     rooms = []
-    heard: dict[str, list[str]] = {"user": [], "double": []}
+    heard = {canceller: {"user": [], "double": []} for canceller in ("linear", "no-linear")}
     lead = int(args.room_before_s * RATE)
     lead_s = lead / RATE
     for seed in range(args.rooms):
@@ -333,8 +369,13 @@ def main() -> int:
             cut = played.copy()
             cut[int((onset + args.stop_after_ms / 1000) * RATE) :] = 0
             cut_echo = np.convolve(cut.astype(np.float64), ir)[:length]
-            heard["user"].append(hear(pcm(talk + noise), None))
-            heard["double"].append(hear(pcm(cut_echo + talk + noise), cut))
+            before = (pcm(echo + noise), played) if args.spoken_before else None
+            for linear in (True, False):
+                canceller = "linear" if linear else "no-linear"
+                heard[canceller]["user"].append(hear(pcm(talk + noise), None, before, linear))
+                heard[canceller]["double"].append(
+                    hear(pcm(cut_echo + talk + noise), cut, before, linear)
+                )
 
     candidates = {}
     for name, row in rows.items():
@@ -364,7 +405,10 @@ def main() -> int:
         result["hearing"] = {
             "said": USER_TEXT,
             "stop_after_ms": args.stop_after_ms,
-            **{case: hearing(texts) for case, texts in heard.items()},
+            **{
+                canceller: {case: hearing(texts) for case, texts in cases.items()}
+                for canceller, cases in heard.items()
+            },
         }
     write_result(result, args.json)
     return 0
