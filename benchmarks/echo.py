@@ -290,6 +290,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.room_before_s < 0:
         parser.error(f"--room-before-s must not be negative, got {args.room_before_s}")
+    if args.spoken_before and not args.hear:
+        parser.error("--spoken-before changes only what --hear hears: give --hear too")
     robot = speak(ROBOT_TEXT, "en-us")
     user = speak(USER_TEXT, "en-gb-scotland")
     user_on = onset_s(user)

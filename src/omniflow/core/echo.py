@@ -407,8 +407,8 @@ class LinearEcho:
         """The residual (float64) of ``mic`` (float64, first sample at ``stamp_ns``) once the
         echo the filter predicts is taken out; ``delay``: the gate's estimate (samples);
         ``adapt``: the chunk is the robot's voice alone as far as the gate can tell;
-        ``noise``: the room's noise energy in a chunk (a residual no louder than the echo
-        left over and that is no double talk)."""
+        ``noise``: the room's noise energy over a chunk (a residual within the echo usually
+        left over plus this is no double talk)."""
         n, taps = len(mic), self._taps
         lag = max(delay - self._margin, 0)
         if self._lag is None:
@@ -431,8 +431,8 @@ class LinearEcho:
         residual = mic - predicted
         power = np.abs(spectrum) ** 2 / n
         self._power = power if self._power is None else 0.7 * self._power + 0.3 * power
-        heard, left = float(mic @ mic) + 1.0, float(residual @ residual) + 1.0
-        enhancement = 10.0 * math.log10(heard / left)
+        mic_energy, left = float(mic @ mic) + 1.0, float(residual @ residual) + 1.0
+        enhancement = 10.0 * math.log10(mic_energy / left)
         usual = float(predicted @ predicted) * 10 ** (-self.erle_db / 10) + noise
         if self.converged and left > 10 ** (_DOUBLE_TALK_DB / 10) * usual:
             self._hold = _HOLD_CHUNKS  # and the user's quieter sounds around it
@@ -450,7 +450,7 @@ class LinearEcho:
             norm = self._power + _REGULARISE * float(self._power.mean()) + 1e-9
             step = np.fft.irfft(np.fft.rfft(error) * np.conj(spectrum) / norm, size)
             self._h += _STEP * step[:taps] / n
-            if heard > 10 ** ((_CONVERGED_DB + _ABOVE_NOISE_DB) / 10) * noise:
+            if mic_energy > 10 ** ((_CONVERGED_DB + _ABOVE_NOISE_DB) / 10) * noise:
                 # only an echo well above the room's noise can show how much is cancelled
                 self.erle_db += _ERLE_SMOOTH * (enhancement - self.erle_db)
         return residual

@@ -833,7 +833,7 @@ class FusionPipeline:
             self._restart(self._last_audio_end_ns - stamp_ns)
         self._last_audio_end_ns = end_ns
         samples, heard = self._remove_echo(samples, stamp_ns)
-        if self.engines.denoise is not None:
+        if self.engines.denoise is not None:  # one stream through it: both hear its output
             samples = heard = self.engines.denoise.process(samples)
         self._preroll.append((stamp_ns, heard))
         while self._preroll and self._preroll[0][0] < end_ns - PREROLL_NS - self.config.lead_in_ns:

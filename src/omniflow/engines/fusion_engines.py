@@ -334,7 +334,8 @@ ENGINE_PARAMS = (
         "cancels 20 dB, the recogniser hears its residual where the user talks over the "
         "robot instead of the noise the gate puts there (the bundled session's barge-in "
         "'Stop' is heard instead of 'up'; benchmarks/echo.py --hear --spoken-before). The "
-        "voice detector is unchanged. About 0.2 ms a chunk while the robot speaks",
+        "voice detector is unchanged; with audio.denoise set, both hear the suppressor's "
+        "output instead. About 0.2 ms a chunk while the robot speaks",
         read_only=True,
     ),
 )
