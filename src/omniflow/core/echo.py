@@ -297,7 +297,8 @@ class EchoGate:
             residual = self._linear.process(x, stamp_ns, delay, score >= _ADAPT_SCORE, noise)
             residual = residual if self._linear.converged else None
         delay_ms = delay * 1000 / rate
-        self._clear_run = 0 if score >= self.suppress_score else self._clear_run + 1
+        if energy > 0.0:  # a silent microphone is comfort noise, and no chunk of the run
+            self._clear_run = 0 if score >= self.suppress_score else self._clear_run + 1
         if energy <= 0.0 or self._clear_run < self.confirm:
             heard = _pcm(residual) if residual is not None and self._linear.double_talk else None
             return EchoResult(self._comfort(n), score, True, delay_ms, heard)
