@@ -48,7 +48,8 @@ from omniflow import demo, report
 # window, frames encoded throughout); "moonshine", the other open-vocabulary recogniser;
 # "answer-ahead", without the answer started while the end-of-turn wait runs (off by
 # default: measure it with --set dialogue:end_of_turn.answer_ahead=true); "final-window",
-# Whisper's finals from a 10 s encoder window (faster, more words wrong at 16 kHz).
+# Whisper's finals from a 10 s encoder window (faster, more words wrong at 16 kHz);
+# "first-at-mark", the speech node's first phrase waiting for the token after its full stop.
 BASELINES = {
     "turn-taking": {
         "fusion": {"vad.min_silence_ms": 400},
@@ -58,6 +59,7 @@ BASELINES = {
     "moonshine": {"fusion": {"asr.engine": "moonshine"}},
     "answer-ahead": {"dialogue": {"end_of_turn.answer_ahead": False}},
     "final-window": {"fusion": {"asr.whisper.final_window_s": 10.0}},
+    "first-at-mark": {"speech": {"chunker.first_at_mark": False}},
 }
 
 

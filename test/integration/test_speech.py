@@ -45,9 +45,11 @@ class Conversation:
         wait_for_publishers(node, topic(process, "played_audio"), 1, timeout=15)
         self.states.wait_for(1, timeout=10)  # the latched idle state: the node is active
 
-    def say(self, turn_id: int, text: str, token_interval_s: float = 0.0) -> int:
-        """Stream ``text`` word by word as one turn, after the THINKING state that starts it;
-        returns the first token's stamp (ns)."""
+    def say(
+        self, turn_id: int, text: str, token_interval_s: float = 0.0, *, ends: bool = True
+    ) -> int:
+        """Stream ``text`` word by word as one turn, after the THINKING state that starts it
+        (``ends``: the last word is the final chunk); returns the first token's stamp (ns)."""
         self.dialogue.publish(
             DialogueState(
                 header=header(time.time_ns(), ""),
@@ -68,7 +70,7 @@ class Conversation:
                     turn_id=turn_id,
                     index=index,
                     text_delta=delta,
-                    is_final=index == len(words) - 1,
+                    is_final=ends and index == len(words) - 1,
                 )
             )
             if token_interval_s:
@@ -140,6 +142,15 @@ def test_a_streamed_answer_is_spoken_from_its_first_phrase_and_written_to_wav(
     assert 4.0 < len(audio) / rate < 20.0, start_node_output
     heard = np.concatenate([audio_samples(c)[:, 0] for c in played])
     assert np.abs(heard.astype(np.int32)).max() > 1000  # real speech, not silence
+
+
+def test_a_first_sentence_is_spoken_at_its_full_stop_before_the_answer_ends(ros_node, start_node):
+    # No time budget to release it: only the full stop can.
+    process = start_speech(start_node, **{"chunker.first_max_wait_ms": 5000})
+    talk = Conversation(ros_node, process)
+    talk.say(3, "This is a cup.", ends=False)  # the answer's end (its next token) never comes
+    talk.wait_speaking(3, timeout=4)
+    assert [s.phrase_index for s in talk.states.messages if s.speaking] == [0]
 
 
 def test_barge_in_silences_the_speaker_within_a_block_and_says_so_at_once(ros_node, start_node):

@@ -6,10 +6,18 @@ as is still natural (a sentence end, a comma once there are a couple of words, a
 count, or a time budget from the first token) and afterwards keeps natural phrasing
 (sentences, long clauses, a hard word cap).
 
-Rules, all of which cut only *between* complete words, so no word is ever split or lost:
+Rules, all of which cut only *between* complete words, so no word is ever lost (and only
+the first rule's exception can split one):
 
 - A word is complete once whitespace follows it (or the turn ended): tokens arrive
-  mid-word ("hel" + "lo"), and "3." + "5" must stay "3.5".
+  mid-word ("hel" + "lo"), and "3." + "5" must stay "3.5". One exception saves the first
+  phrase a token (``first_at_mark``): a word of letters that ends the first phrase with a
+  sentence mark ("cup.", "Yes!") is complete at once. After a line's last word the model's
+  next token is the line break that ends the answer, 30-55 ms later (the embedded model
+  in the bundled session's replays here).
+  Closing quotes, brackets and further sentence marks glued to it afterwards (``"``,
+  ``)``, ``..``) are dropped: they would not be heard. A name with a dot inside
+  ("example.com") cut by the tokens right after the dot is spoken as two phrases.
 - A sentence end (``. ! ? …``, optionally followed by closing quotes or brackets) or a
   line break after a word ends a phrase. Not a sentence end: common abbreviations
   ("e.g.", "Dr.", "etc."), letter-dot abbreviations ("U.S.", "a.m."), single initials
@@ -82,6 +90,9 @@ _CJK_MARKS = _CJK_SENTENCE_MARKS | _CJK_CLAUSE_MARKS
 # Characters that may trail a mark and still belong to it: 'He said "Stop!" and left'.
 _CLOSERS = "\"')]}»”’」』）】》〉〕］｝"
 _OPENERS = "\"'([{«“‘「『（【《〈〔［｛"
+# What may follow a sentence mark inside its word: dropped after a first phrase released at
+# the mark (see the module docstring).
+_GLUED = "".join(sorted(_SENTENCE_MARKS)) + _CLOSERS
 
 _ABBREVIATIONS = frozenset(
     {
@@ -182,6 +193,7 @@ class PhraseChunker:
         min_words: int = 4,
         max_words: int = 25,
         first_clause_words: int = 3,
+        first_at_mark: bool = True,
     ) -> None:
         """Validate and store the rules.
 
@@ -193,6 +205,8 @@ class PhraseChunker:
             first_clause_words: The first phrase may end before a clause opener ("and",
                 "that", ...) once it has this many words; set it to ``first_max_words`` or
                 more to end the first phrase only at marks and the word cap.
+            first_at_mark: The first phrase goes as soon as a word of letters ends it with
+                a sentence mark ("cup."), without waiting for the whitespace after it.
             first_max_wait_s: Seconds from the turn's first token after which the first
                 phrase is released with whatever complete words there are (>= 1); ``inf``
                 disables the budget.
@@ -211,6 +225,8 @@ class PhraseChunker:
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
+        if not isinstance(first_at_mark, bool):
+            raise ConfigError(f"first_at_mark must be true or false, got {first_at_mark!r}")
         if first_max_words < first_min_words:
             raise ConfigError(
                 f"first_max_words ({first_max_words}) must be >= "
@@ -234,12 +250,14 @@ class PhraseChunker:
         self.first_min_words = first_min_words
         self.first_max_words = first_max_words
         self.first_clause_words = first_clause_words
+        self.first_at_mark = first_at_mark
         self.first_max_wait_s = float(first_max_wait_s)
         self.min_words = min_words
         self.max_words = max_words
         self._buffer = ""
         self._index = 0
         self._first_token_s: float | None = None
+        self._glued = False  # the first phrase went out at a mark the next token may extend
 
     @property
     def phrases_released(self) -> int:
@@ -262,6 +280,10 @@ class PhraseChunker:
         if self._first_token_s is None and delta.strip():
             self._first_token_s = now_s
         self._buffer += delta
+        if self._glued:
+            rest = self._buffer.lstrip(_GLUED)
+            self._glued = not rest  # anything else (a space, a letter) ends the glued run
+            self._buffer = rest
         phrases = self._release(at_end=False)
         phrases.extend(self.poll(now_s))
         return phrases
@@ -301,6 +323,7 @@ class PhraseChunker:
         self._buffer = ""
         self._index = 0
         self._first_token_s = None
+        self._glued = False
 
     # ------------------------------------------------------------------ internals
 
@@ -334,6 +357,13 @@ class PhraseChunker:
         previous_end = 0
         for count, word in enumerate(self._words(at_end), start=1):
             if not word.complete:
+                if (
+                    first
+                    and self.first_at_mark
+                    and _ends_sentence_at_once(word.text, opens_phrase=count == 1)
+                ):
+                    self._glued = True
+                    return word.end, "sentence"
                 return None
             if first and count > self.first_clause_words and word.text.lower() in _CLAUSE_OPENERS:
                 return previous_end, "clause_opener"
@@ -380,6 +410,18 @@ def _ends_sentence(word: str, opens_phrase: bool) -> bool:
     if _LETTER_DOTS.fullmatch(core) or _INITIAL.fullmatch(core):
         return False
     return not (opens_phrase and _LIST_NUMBER.fullmatch(core))
+
+
+def _ends_sentence_at_once(word: str, opens_phrase: bool) -> bool:
+    """Whether a word still open at the end of the text ends a sentence whatever follows:
+    a sentence mark right after a letter ("cup.", not "3." or '"Stop!"'), and a sentence
+    end by :func:`_ends_sentence` ("Dr." and "J." are not)."""
+    return (
+        len(word) >= 2
+        and word[-1] in _SENTENCE_MARKS
+        and word[-2].isalpha()
+        and _ends_sentence(word, opens_phrase)
+    )
 
 
 def _ends_clause(word: str) -> bool:

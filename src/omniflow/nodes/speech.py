@@ -112,6 +112,14 @@ PARAMS = (
         live=True,
     ),
     ParamSpec(
+        "chunker.first_at_mark",
+        True,
+        'The first phrase goes as soon as a word of letters ends it with a sentence mark ("cup."), '
+        "not with the token after it (false: a word is complete once whitespace or the end "
+        "of the answer follows it)",
+        live=True,
+    ),
+    ParamSpec(
         "chunker.first_max_wait_ms",
         350,
         "The first phrase goes this long after the first token with what is there",
@@ -251,6 +259,7 @@ class SpeechNode(DeviceNode):
             first_min_words=p["chunker.first_min_words"],
             first_max_words=p["chunker.first_max_words"],
             first_clause_words=p["chunker.first_clause_words"],
+            first_at_mark=p["chunker.first_at_mark"],
             first_max_wait_s=p["chunker.first_max_wait_ms"] / 1000,
             min_words=p["chunker.min_words"],
             max_words=p["chunker.max_words"],
