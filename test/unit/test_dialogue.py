@@ -472,6 +472,52 @@ def test_a_stop_request_after_a_barge_in_gets_no_answer():
     assert dm.active_turn == 0 and dm.turn_id == turn
 
 
+def test_words_begun_before_a_stop_requests_final_are_the_users_turn():
+    """The bundled session: "Stop." over the robot, then "What is that animal?", begun before
+    the stop's final came. The user is speaking: not LISTENING, and the new words are
+    evaluated ahead."""
+    dm = DialogueManager(barge_in_min_speech_s=0.1)
+    speaking(dm)
+    dm.voice_start(2, 0.09, 7.7)
+    dm.voice_ongoing(2, 0.2, 7.9)
+    dm.voice_end(2, 8.1)
+    dm.voice_start(3, 0.09, 8.33)
+    actions = dm.transcript(2, "Stop.", True, 9.08)
+    assert not of(actions, StartTurn)
+    assert states(actions) == [State.USER_SPEAKING]
+    assert "stop" in actions[-1].reason and "the user is speaking" in actions[-1].reason
+    assert dm.utterance == 3
+    assert dm.transcript(3, "What is that?", False, 9.4) == [Warm("What is that?")]
+    dm.voice_end(3, 9.6)
+    actions = dm.transcript(3, "What is that animal?", True, 10.3)
+    assert of(actions, StartTurn)[0].user_text == "What is that animal?"
+
+
+def test_a_stop_requests_final_after_the_voice_ended_listens():
+    dm = DialogueManager(barge_in_min_speech_s=0.1)
+    speaking(dm)
+    dm.voice_start(2, 0.09, 7.7)
+    dm.voice_ongoing(2, 0.2, 7.9)
+    dm.voice_start(3, 0.09, 8.33)
+    dm.voice_end(3, 8.6)  # heard and ended before the stop's final: its own final follows
+    assert states(dm.transcript(2, "Stop.", True, 9.08)) == [State.LISTENING]
+
+
+def test_the_robot_ending_while_the_user_speaks_hands_over_to_the_user():
+    dm = DialogueManager(barge_in_min_speech_s=1.0)
+    turn = speaking(dm)
+    dm.generated(turn, 1.5)
+    dm.speech(True, turn, 1.6)
+    dm.voice_start(2, 0.09, 2.9)  # too short to barge in yet
+    actions = dm.speech(False, turn, 3.0)
+    assert of(actions, TurnEnded)[0].outcome == "done"
+    assert states(actions) == [State.USER_SPEAKING]
+    assert dm.utterance == 2
+    dm.voice_end(2, 3.5)
+    actions = dm.tick(10.0)  # no final within user_turn_timeout_s: listening again
+    assert states(actions) == [State.LISTENING]
+
+
 def test_a_stop_request_while_idle_gets_no_answer():
     dm = DialogueManager()
     dm.voice_start(1, 0.09, 0.0)

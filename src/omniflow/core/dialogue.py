@@ -50,6 +50,9 @@ States (the values of ``omniflow/msg/DialogueState``)::
   says the configured one-word acknowledgement (``stop.reply``). When stop clauses only lead
   the utterance ("Stop. What is that animal?"), the stop part ends the turn in progress and
   drops the words a cancelled thinking turn left over; the rest is answered.
+- A turn that ends while the user's next utterance is under way (its voice start came, its
+  end not yet: "Stop." has its final after "What is that animal?" began) goes to
+  USER_SPEAKING, not LISTENING, so the new words are evaluated ahead as they come.
 - Unsure hearing (:class:`~omniflow.core.clarify.ClarifyPolicy`): a spoken turn whose final
   the recogniser is unsure of (``clarify.*``) gets the configured request to say it again
   instead of an answer, and its words are not carried into the next turn.
@@ -471,6 +474,7 @@ class DialogueManager:
         self._pending: _Pending | None = None  # a final waiting for the end of the turn
         self._voice = 0  # the utterance whose voice started last
         self._voice_at = 0.0  # when it started (its onset in stream time when known)
+        self._voice_open = False  # no end or final of it yet
         self._stream: float | None = None  # how far the fusion node has heard the stream
         self._stream_at = 0.0  # when that last advanced (node clock)
 
@@ -517,6 +521,7 @@ class DialogueManager:
         self._heard_at = now
         actions: list[Action] = []
         self._voice, self._voice_at = utterance_id, now if onset is None else onset
+        self._voice_open = True
         if self.state == State.LISTENING:
             self._utterance = utterance_id
             actions.append(self._set(State.USER_SPEAKING, "the user started speaking"))
@@ -564,6 +569,8 @@ class DialogueManager:
     def voice_end(self, utterance_id: int, now: float) -> list[Action]:
         """The VAD heard the end of the utterance; the final transcript follows (or came)."""
         self._heard_at = now
+        if utterance_id == self._voice:
+            self._voice_open = False
         return []
 
     def heard(self, stream_s: float, now: float) -> list[Action]:
@@ -596,6 +603,8 @@ class DialogueManager:
         self._heard_at = now
         text = " ".join(text.split())
         listening_to_user = self.state in (State.USER_SPEAKING, State.INTERRUPTED, State.LISTENING)
+        if final and utterance_id == self._voice:
+            self._voice_open = False
         if not final:
             if self.state in (State.USER_SPEAKING, State.INTERRUPTED) and text:
                 full = self._with_carry(text)
@@ -709,11 +718,11 @@ class DialogueManager:
         self._utterance = 0
         if not full:
             if not stop:
-                return [self._set(State.LISTENING, "nothing was recognised")]
+                return [self._listen("nothing was recognised")]
             self._last_user_text = ""  # nothing to carry into the next turn
             actions: list[Action] = [UserSaid(utterance_id, text)]
             if not self.stop_reply:
-                return [*actions, self._set(State.LISTENING, _STOPPED)]
+                return [*actions, self._listen(_STOPPED)]
             return actions + self._start(
                 "speech", text, utterance_id, now, _STOPPED, reply=self.stop_reply
             )
@@ -721,7 +730,7 @@ class DialogueManager:
         if self.clarify.asks(rest, confidence):
             self._last_user_text = ""  # not words to build on
             if not self.clarify.reply:
-                return [*actions, self._set(State.LISTENING, _UNSURE)]
+                return [*actions, self._listen(_UNSURE)]
             return actions + self._start(
                 "speech", full, utterance_id, now, _UNSURE, reply=self.clarify.reply
             )
@@ -846,6 +855,7 @@ class DialogueManager:
         ):
             self._utterance = 0
             self._warm_text = ""
+            self._voice_open = False
             return [
                 self._set(
                     State.LISTENING,
@@ -878,6 +888,16 @@ class DialogueManager:
     def _set(self, state: State, reason: str) -> StateChanged:
         self.state = state
         return StateChanged(state, self.turn_id, reason)
+
+    def _listen(self, reason: str) -> StateChanged:
+        """LISTENING once a turn is over, or USER_SPEAKING when the user's next utterance
+        is already under way: a stop request's final comes after the words that follow it
+        began ("Stop. What is that animal?"), and those words are then evaluated ahead
+        like any other's."""
+        if not self._voice_open:
+            return self._set(State.LISTENING, reason)
+        self._utterance = self._voice
+        return self._set(State.USER_SPEAKING, f"{reason}; the user is speaking")
 
     def _start(
         self,
@@ -917,7 +937,9 @@ class DialogueManager:
             actions.append(Cancel(turn.turn_id, reason, stop_speech, cause))
         actions.append(TurnEnded(turn.turn_id, outcome, turn.response, reason))
         if then is not None:
-            actions.append(self._set(then, reason))
+            actions.append(
+                self._listen(reason) if then == State.LISTENING else self._set(then, reason)
+            )
             if then == State.LISTENING and self._held is not None:
                 utterance_id, text, confidence = self._held
                 self._held = None
