@@ -258,6 +258,34 @@ def test_a_pause_inside_the_first_word_starts_no_full_decode(
     assert whisper.stats.decodes == decodes + 1 and whisper.stats.finals_queued == queued + 1
 
 
+def test_pausing_while_the_decode_started_at_a_pause_runs(
+    whisper: WhisperRecognizer, noisy: dict[str, np.ndarray]
+) -> None:
+    """The fusion pipeline's vision yields while the decode started at a pause runs: it
+    becomes the final unless the user goes on."""
+    assert whisper.wait_idle(60)
+    assert not whisper.pausing  # no utterance
+    loud = (np.random.default_rng(5).standard_normal(CHUNK) * 3_000).astype(np.int16)
+    whisper.start(START_NS)
+    speech = noisy[EXACT[0]]
+    for i in range(0, len(speech), CHUNK):
+        whisper.feed(speech[i : i + CHUNK])
+    assert whisper.wait_idle(60)
+    assert not whisper.pausing
+    for _ in range(10):  # the pause: a full decode at its start
+        whisper.feed(np.zeros(CHUNK, dtype=np.int16))
+        if whisper.pausing:
+            break
+    assert whisper.pausing
+    whisper.feed(loud)  # the user goes on: that decode is no longer the final's
+    assert not whisper.pausing
+    whisper.feed(np.zeros(CHUNK, dtype=np.int16))
+    assert whisper.wait_idle(60)
+    assert not whisper.pausing  # done
+    whisper.finish()
+    assert not whisper.pausing
+
+
 def test_freed_memory_goes_back_between_utterances_never_inside_one(
     whisper: WhisperRecognizer, noisy: dict[str, np.ndarray]
 ) -> None:

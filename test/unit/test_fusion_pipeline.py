@@ -103,6 +103,7 @@ class ScriptedRecognizer:
         self.ended: list[Final] = []
         self.hold = False
         self.fail_next_poll = False
+        self.pausing = False
 
     def start(self, stamp_ns: int) -> None:
         self.active = True
@@ -665,6 +666,27 @@ def test_frames_wait_while_the_turn_ends_and_the_onset_frame_does_not(yield_ms):
     assert pipeline.stats.vision_yielded == pytest.approx(yield_ms / 1000 * 15, abs=2)
     after = [s for s in stamps if s >= resume_ns]
     assert after and after[0] - resume_ns <= 2 * NS_PER_S // 15
+
+
+def test_frames_wait_while_the_recogniser_decodes_at_a_pause():
+    """Before the VAD's closing silence ends the speech, the recogniser's decode at the
+    pause (the final's, unless the user goes on) has the cores."""
+    pipeline, engines = make(
+        ScriptedVad(confirm=1, hang=10),
+        vision=True,
+        vision_rate_hz=15.0,
+        turn_yield_ns=600 * NS_PER_MS,
+    )
+    every = NS_PER_S // 15
+    feed(pipeline, [QUIET] * 25 + [LOUD] * 25, frames_every_ns=every)
+    engines.recognizer.pausing = True
+    before = len(engines.vision.stamps)
+    feed(pipeline, [QUIET] * 5, start_ns=T0 + 50 * CHUNK_NS, frames_every_ns=every)
+    assert len(engines.vision.stamps) == before  # the pause: nothing encoded
+    assert pipeline.stats.vision_yielded >= 2
+    engines.recognizer.pausing = False  # the user went on
+    feed(pipeline, [LOUD] * 5, start_ns=T0 + 55 * CHUNK_NS, frames_every_ns=every)
+    assert len(engines.vision.stamps) > before
 
 
 def test_frames_wait_for_a_late_final_and_the_yield_after_it():

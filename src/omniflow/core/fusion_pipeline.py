@@ -210,6 +210,9 @@ class Recognizer(Protocol):
 
     def feed(self, samples: np.ndarray) -> str | None: ...
 
+    @property
+    def pausing(self) -> bool: ...
+
     def end(self) -> None: ...
 
     def poll_final(self) -> FinalHypothesis | None: ...
@@ -454,10 +457,11 @@ PIPELINE_PARAMS = (
     ParamSpec(
         "vision.turn_yield_ms",
         600,
-        "After the end of the user's speech no frame is encoded (a speech onset's frame "
-        "still is) until the final transcript is out and then this long, at most 2 s after "
-        "the speech: the final transcript, the end-of-turn wait, the model's first words and "
-        "the first phrase have the cores; 0: never",
+        "While the recogniser decodes at a pause in the user's speech (the decode that may "
+        "become the final), and after the end of the speech until the final transcript is "
+        "out and then this long, at most 2 s after the speech, no frame is encoded (a speech "
+        "onset's frame still is): the final transcript, the end-of-turn wait, the model's "
+        "first words and the first phrase have the cores; 0: never",
         unit="ms",
         minimum=0,
         maximum=5000,
@@ -1112,12 +1116,19 @@ class FusionPipeline:
             self._encode_frame(vision, stamp_ns, rgb)
 
     def _turn_ending(self) -> bool:
-        """Whether the user's turn is ending: their speech ended and its final transcript is
-        still due, or came out less than ``turn_yield_ns`` ago (the end-of-turn wait, the
-        model's first words and the first phrase follow it); at most ``MAX_TURN_YIELD_NS``
-        after the end of the speech."""
+        """Whether the user's turn may be ending: their speech paused and the recogniser
+        decodes what may become the final (the VAD ends the speech only after its closing
+        silence); or their speech ended and its final transcript is still due, or came out
+        less than ``turn_yield_ns`` ago (the end-of-turn wait, the model's first words and
+        the first phrase follow it), at most ``MAX_TURN_YIELD_NS`` after the end of the
+        speech."""
+        if not self.config.turn_yield_ns:
+            return False
+        if self.engines.vad.is_speech:
+            asr = self.engines.recognizer
+            return asr is not None and asr.pausing
         end_ns = self._speech_end_ns
-        if not self.config.turn_yield_ns or end_ns is None or self.engines.vad.is_speech:
+        if end_ns is None:
             return False
         since = self._now_ns - end_ns
         if not 0 <= since < MAX_TURN_YIELD_NS:  # < 0: the stream went back in time

@@ -163,6 +163,12 @@ class Recognizer(abc.ABC):
     def active(self) -> bool:
         """True between :meth:`start` and :meth:`finish`."""
 
+    @property
+    def pausing(self) -> bool:
+        """Whether the open utterance's speech has paused and the decode that may become its
+        final is running or waiting (vision gives it the cores). This default: never."""
+        return False
+
     def set_prompt(self, prompt: str | None) -> None:
         """Words the current utterance is likely to hold (the objects in view, names: see
         :mod:`omniflow.core.scene_bias`), for its decodes from now on; None: none. This
@@ -633,6 +639,7 @@ class StreamingRecognizer(Recognizer):
         self._floor_rms = math.inf
         self._partial = ""
         self._partial_job: DecodeJob | None = None
+        self._pause_job: DecodeJob | None = None  # the full decode of the current pause
         self._prompt: str | None = None
         # utterances ended but not yet returned: (their final decode or None, start stamp)
         self._ended: deque[tuple[DecodeJob | None, int]] = deque()
@@ -652,6 +659,13 @@ class StreamingRecognizer(Recognizer):
     def active(self) -> bool:
         """True between :meth:`start` and :meth:`finish`."""
         return self._active
+
+    @property
+    def pausing(self) -> bool:
+        """Whether the open utterance's speech has paused and the full decode started there
+        (the final's, unless the user goes on) is running or waiting."""
+        job = self._pause_job
+        return self._active and job is not None and not job.done
 
     @property
     def fed_ns(self) -> int:
@@ -678,7 +692,7 @@ class StreamingRecognizer(Recognizer):
         self._fed = self._submitted = self._voiced_start = self._voiced_end = 0
         self._peak_rms, self._floor_rms = 0.0, math.inf
         self._partial = ""
-        self._partial_job = None
+        self._partial_job = self._pause_job = None
         self._prompt = None
         with self._worker.cond:
             self._worker.set_listening(True)
@@ -713,13 +727,14 @@ class StreamingRecognizer(Recognizer):
                 if self._voiced_end == 0:  # what came before was the lead-in
                     self._voiced_start = self._fed - len(chunk)
                 self._voiced_end = self._fed
+                self._pause_job = None
             worker = self._worker
             with worker.cond:
                 idle = worker.idle
             if idle and self._voiced_end > self._submitted:  # new speech since the last
                 if quiet:  # a pause: the full decode that may become the final
                     if self._voiced_end - self._voiced_start >= _MIN_PAUSE_DECODE:
-                        self._submit(draft=False)
+                        self._pause_job = self._submit(draft=False)
                 elif self._fed - max(self._submitted, self._voiced_start) >= self._interval:
                     self._submit(draft=True)
         return self._new_partial()
