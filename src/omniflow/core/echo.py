@@ -391,6 +391,7 @@ class LinearEcho:
     def reset(self) -> None:
         """Forget the echo path."""
         self._h = np.zeros(self._taps)
+        self._h_spectrum: np.ndarray | None = None  # rfft of _h, until _h changes
         self._lag: int | None = None  # reference samples before the filter's first tap
         self._power: np.ndarray | None = None  # reference power per bin, smoothed
         self.erle_db = 0.0
@@ -420,15 +421,15 @@ class LinearEcho:
                 shifted[: taps - shift] = self._h[shift:]
             elif -taps < shift < 0:
                 shifted[-shift:] = self._h[: taps + shift]
-            self._h, self._lag = shifted, lag
+            self._h, self._h_spectrum, self._lag = shifted, None, lag
         rate = self.reference.sample_rate
         start_ns = stamp_ns - (self._lag + taps - 1) * NS_PER_S // rate
         ref = self.reference.window(start_ns, n + taps - 1).astype(np.float64)
         size = 1 << (n + taps - 1).bit_length()
         spectrum = np.fft.rfft(ref, size)
-        predicted = np.fft.irfft(spectrum * np.fft.rfft(self._h, size), size)[
-            taps - 1 : taps - 1 + n
-        ]
+        if self._h_spectrum is None or len(self._h_spectrum) != len(spectrum):
+            self._h_spectrum = np.fft.rfft(self._h, size)
+        predicted = np.fft.irfft(spectrum * self._h_spectrum, size)[taps - 1 : taps - 1 + n]
         residual = mic - predicted
         power = np.abs(spectrum) ** 2 / n
         self._power = power if self._power is None else 0.7 * self._power + 0.3 * power
@@ -451,6 +452,7 @@ class LinearEcho:
             norm = self._power + _REGULARISE * float(self._power.mean()) + 1e-9
             step = np.fft.irfft(np.fft.rfft(error) * np.conj(spectrum) / norm, size)
             self._h += _STEP * step[:taps] / n
+            self._h_spectrum = None
             if mic_energy > 10 ** ((_CONVERGED_DB + _ABOVE_NOISE_DB) / 10) * noise:
                 # only an echo well above the room's noise can show how much is cancelled
                 self.erle_db += _ERLE_SMOOTH * (enhancement - self.erle_db)
