@@ -220,6 +220,7 @@ def run_engine(
                 "finals_ready": st.finals_ready,
                 "finals_in_flight": st.finals_in_flight,
                 "finals_queued": st.finals_queued,
+                "drafts_stopped": st.drafts_stopped,
             }
         )
         rec.close()

@@ -39,13 +39,16 @@ thread:
   audio while the user speaks, and a full decode when speech pauses (the chunk's energy
   fell back to the noise floor after at least 0.3 s of voiced audio). ``feed`` returns the
   text of the newest finished decode when it changed: partials lag the speech by about one
-  decode.
+  decode. A draft still running at the pause is told to stop (``DecodeJob.stop``; Whisper's
+  skips its decoder once the encoder is done) and the full decode goes next: the draft's
+  words would be stale, and the final would wait for them.
 - At the end of the utterance the final needs a decode that covers it up to its last voiced
   chunk. The VAD reports the end only after ``vad.min_silence_ms`` of silence, and the pause
   queued a full decode at the start of that silence, so that decode is finished ("ready"),
-  running or about to ("in flight") or, when no pause was caught (the worker was busy), a
-  full decode of the whole utterance is queued ("queued").
-  :attr:`WhisperRecognizer.stats` counts the three cases.
+  running or about to ("in flight") or, when no pause was caught (a full decode of an
+  earlier pause was still running), a full decode of the whole utterance is queued
+  ("queued"). :attr:`WhisperRecognizer.stats` counts the three cases, and the drafts
+  stopped.
 - Two ways to get the final. :meth:`Recognizer.finish` waits for that decode: from
   nothing ("ready") to a whole decode ("queued"), 0.3-1 s here. :meth:`Recognizer.end` returns
   at once (microseconds) and :meth:`Recognizer.poll_final`, called once per slice, hands over
@@ -90,6 +93,7 @@ from omniflow.errors import ConfigError, EngineError
 __all__ = [
     "ASR_ENGINES",
     "DecodeJob",
+    "DecodeStopped",
     "PocketsphinxRecognizer",
     "RecognitionResult",
     "Recognizer",
@@ -417,22 +421,32 @@ def _windowed_model_class(fw: Any) -> type:
 
     class WindowedWhisperModel(fw.WhisperModel):
         frames: int | None = None  # None: the whole window
+        job: DecodeJob | None = None  # the decode running; its ``stop`` is read here
         _padding: np.ndarray | None = None  # the encoding of a window of padding alone
         _window: np.ndarray | None = None  # the last cut window's encoding, filled in
 
         def encode(self, features: np.ndarray) -> Any:
+            self._stop_here()
             whole = features.shape[-1]
             if self.frames is None or self.frames >= whole:
-                return super().encode(features)
+                encoded = super().encode(features)
+                self._stop_here()
+                return encoded
             if self._padding is None:
                 self._padding = np.asarray(super().encode(np.zeros_like(features)))
                 self._window = np.empty_like(self._padding)
             head = np.asarray(super().encode(features[..., : self.frames]))
+            # A draft stopped while the encoder ran skips the decoder (the rest of its time).
+            self._stop_here()
             # The window is refilled in place: CTranslate2 reads the array's memory (the
             # view below does not copy it), so it lives on the model, one per recogniser.
             self._window[:] = self._padding
             self._window[:, : head.shape[1]] = head
             return ctranslate2.StorageView.from_array(self._window)
+
+        def _stop_here(self) -> None:
+            if self.job is not None and self.job.stop:
+                raise DecodeStopped
 
     return WindowedWhisperModel
 
@@ -474,11 +488,17 @@ class WhisperStats:
     finals_ready: int = 0  # finish() found a covering decode already done
     finals_in_flight: int = 0  # finish() waited for the rest of a covering decode
     finals_queued: int = 0  # finish() queued a decode of the whole utterance
+    drafts_stopped: int = 0  # drafts left unfinished: the speech paused or ended while they ran
     finish_wait_ns_last: int = 0
     finish_wait_ns_max: int = 0
     truncated_samples: int = 0  # audio beyond Whisper's 30 s window, not decoded
     releases: int = 0  # times freed memory went back to the system (idle, between utterances)
     release_ns_max: int = 0  # the longest hand-back (it locks each malloc arena in turn)
+
+
+class DecodeStopped(Exception):
+    """Raised by an engine's decode of a draft whose ``stop`` was set: the job ends with no
+    result and is not a partial."""
 
 
 @dataclass
@@ -491,6 +511,7 @@ class DecodeJob:
     samples: np.ndarray  # int16 copy of the buffer's first len(samples) samples
     draft: bool = False  # a cut window, greedy, no word times: never a final
     prompt: str | None = None  # the words the utterance was primed with
+    stop: bool = False  # a draft no longer wanted: the engine may end it early (DecodeStopped)
     done: bool = False
     result: RecognitionResult | None = None
     error: BaseException | None = None
@@ -571,15 +592,20 @@ class _Worker:
                 self._release()
                 continue
             t0 = time.perf_counter_ns()
+            stopped = False
             try:
                 job.result = self.decode(job)
+            except DecodeStopped:
+                stopped = True
             except Exception as err:  # reported to the caller with the final
                 job.error = err
             spent = time.perf_counter_ns() - t0
             with self.cond:
                 job.done = True
                 self.running = None
-                if job.utterance != 0:  # the warm-up: not counted, never a partial
+                if stopped:
+                    self.stats.drafts_stopped += 1
+                elif job.utterance != 0:  # the warm-up: not counted, never a partial
                     self.latest = job
                     self.stats.decodes += 1
                     self.stats.decode_ns_total += spent
@@ -604,7 +630,8 @@ class StreamingRecognizer(Recognizer):
     drafts while the user speaks, a full decode at a pause, the final from the decode that
     covers the last voiced chunk. An engine gives ``decode``, which turns a :class:`DecodeJob`
     (its samples from the utterance's start, ``draft`` or not, the prompt) into a
-    :class:`RecognitionResult` with word times relative to the first sample; ``name`` names
+    :class:`RecognitionResult` with word times relative to the first sample, and may raise
+    :class:`DecodeStopped` for a draft whose ``stop`` was set while it ran; ``name`` names
     the engine in errors. Holds at most ``window_s`` of an utterance (the rest is counted in
     :attr:`stats` and not decoded). The first decode of a process is slower (allocations,
     kernel selection): one draft and one full decode of 1 s of silence run on the worker at
@@ -633,6 +660,7 @@ class StreamingRecognizer(Recognizer):
         self._utterance = 0
         self._fed = 0
         self._submitted = 0  # samples in the newest snapshot handed to the worker
+        self._submitted_full = 0  # samples in the newest full decode's snapshot
         self._voiced_start = 0  # start of the first chunk above the noise floor
         self._voiced_end = 0  # end of the last chunk above the noise floor (0: none yet)
         self._peak_rms = 0.0
@@ -689,7 +717,8 @@ class StreamingRecognizer(Recognizer):
         self._utterance += 1
         self._start_ns = int(stamp_ns)
         self._active = True
-        self._fed = self._submitted = self._voiced_start = self._voiced_end = 0
+        self._fed = self._submitted = self._submitted_full = 0
+        self._voiced_start = self._voiced_end = 0
         self._peak_rms, self._floor_rms = 0.0, math.inf
         self._partial = ""
         self._partial_job = self._pause_job = None
@@ -730,18 +759,28 @@ class StreamingRecognizer(Recognizer):
                 self._pause_job = None
             worker = self._worker
             with worker.cond:
-                idle = worker.idle
-            if idle and self._voiced_end > self._submitted:  # new speech since the last
-                if quiet:  # a pause: the full decode that may become the final
-                    if self._voiced_end - self._voiced_start >= _MIN_PAUSE_DECODE:
-                        self._pause_job = self._submit(draft=False)
-                elif self._fed - max(self._submitted, self._voiced_start) >= self._interval:
-                    self._submit(draft=True)
+                idle, running = worker.idle, worker.running
+            if quiet:
+                # A pause: the full decode that may become the final, unless one covers the
+                # speech already. A draft still running would hold it back for the rest of
+                # its decode (and its words are about to be stale): it is told to stop.
+                if (
+                    self._voiced_end > self._submitted_full
+                    and self._voiced_end - self._voiced_start >= _MIN_PAUSE_DECODE
+                    and (idle or (running is not None and running.draft))
+                ):
+                    if running is not None:
+                        running.stop = True
+                    self._pause_job = self._submit(draft=False)
+            elif idle and self._fed - max(self._submitted, self._voiced_start) >= self._interval:
+                self._submit(draft=True)
         return self._new_partial()
 
     def _submit(self, draft: bool) -> DecodeJob:
         job = DecodeJob(self._utterance, self._buffer[: self._fed].copy(), draft, self._prompt)
         self._submitted = self._fed
+        if not draft:
+            self._submitted_full = self._fed
         self._worker.submit(job)
         return job
 
@@ -788,6 +827,8 @@ class StreamingRecognizer(Recognizer):
             )
 
         with worker.cond:
+            if worker.running is not None and worker.running.draft:  # the final goes next
+                worker.running.stop = True
             if covers(worker.latest) and worker.latest.error is None:
                 job = worker.latest
                 stats.finals_ready += 1
@@ -998,6 +1039,7 @@ class WhisperRecognizer(StreamingRecognizer):
             audio = samples.astype(np.float32) / 32768.0
             window_s = draft_window_s if draft else final_window_s()
             model.frames = encoder_frames(len(samples), window_s)
+            model.job = job
             segments, _ = model.transcribe(
                 audio,
                 language=language,
