@@ -18,10 +18,11 @@ Method (prints one JSON object):
   read a 10 s window (the default ``asr.whisper.draft_window_s``), and ``whisper2_full_drafts``
   has drafts read the whole 30 s window, as before drafts were cut; ``whisper2_final_10s``
   has finals read a 10 s window (``asr.whisper.final_window_s``, the rest of the window
-  filled in from the padding's encoding; only when asked for with ``--engines``).
-  Whisper base with 2 threads and beam 5 (``base2``, only when asked for with
-  ``--engines``). Moonshine base (``moonshine2``, ``MoonshineRecognizer``, 2 threads:
-  ``asr.engine: moonshine``).
+  filled in from the padding's encoding; only when asked for with ``--engines``), and
+  ``whisper2_no_room`` has a pause's decode hear nothing after the speech
+  (``asr.whisper.room_after_ms`` 0; only when asked for). Whisper base with 2 threads and
+  beam 5 (``base2``, only when asked for with ``--engines``). Moonshine base
+  (``moonshine2``, ``MoonshineRecognizer``, 2 threads: ``asr.engine: moonshine``).
 - Streaming as in the node: 40 ms chunks fed at real time (the feeder sleeps until each chunk's
   capture time has passed), ``finish()`` right after the last chunk (the VAD's end event).
   At the end, ``end()`` and then ``poll_final()`` every 10 ms until the final is there (the
@@ -266,6 +267,7 @@ def main(argv: list[str] | None = None) -> int:
         "whisper2_greedy": lambda: WhisperRecognizer(threads=2, beam_size=1),
         "whisper2_full_drafts": lambda: WhisperRecognizer(threads=2, draft_window_s=30.0),
         "whisper2_final_10s": lambda: WhisperRecognizer(threads=2, final_window_s=10.0),
+        "whisper2_no_room": lambda: WhisperRecognizer(threads=2, room_after_ms=0),
         "base2": lambda: WhisperRecognizer(whisper_model_dir("base")[0], threads=2),
     }
     result = {

@@ -218,6 +218,7 @@ def recognizer(
         ),
         whisper_background_db=background_db,
         whisper_background_unsure=NODE["asr.whisper.background_unsure"],
+        whisper_room_after_ms=NODE["asr.whisper.room_after_ms"],
     )
 
 

@@ -404,6 +404,72 @@ def test_a_whisper_draft_told_to_stop_ends_without_a_result(
     assert words(whisper._worker.decode(job).text) == words(EXACT[0])
 
 
+def test_a_pauses_decode_is_handed_the_room_from_before_the_speech() -> None:
+    """Cut 40 ms after the last voiced chunk, the pause's decode gets the room's sound from
+    before the first one (the lead-in) to hear after the speech; drafts and the end's decode
+    of the whole utterance (the room is in it already) get none."""
+    jobs: list[DecodeJob] = []
+
+    def decode(job: DecodeJob) -> RecognitionResult:
+        jobs.append(job)
+        return RecognitionResult("draft" if job.draft else "full", 1.0, [])
+
+    rec = StreamingRecognizer(
+        decode, name="Scripted", partial_interval_ms=200, finish_timeout_s=30, room_after_ms=80
+    )
+    try:
+        assert rec.wait_idle(30)
+        rng = np.random.default_rng(11)  # 120 ms of the room, each chunk its own
+        lead_in = [(rng.standard_normal(CHUNK) * 30).astype(np.int16) for _ in range(3)]
+        rec.start(START_NS)
+        for chunk in lead_in:
+            rec.feed(chunk)
+        for _ in range(10):
+            rec.feed(LOUD)
+            assert rec.wait_idle(30)
+        rec.feed(ROOM)  # the pause
+        assert rec.wait_idle(30)
+        rec.start(START_NS)
+        rec.feed(ROOM)
+        for _ in range(10):
+            rec.feed(LOUD)
+            assert rec.wait_idle(30)
+        rec.end()  # no pause: the whole utterance is decoded at the end
+        assert rec.wait_idle(30)
+    finally:
+        rec.close()
+    mine = [job for job in jobs if job.utterance]
+    assert [(job.utterance, job.draft) for job in mine] == [
+        (1, True),
+        (1, True),
+        (1, False),
+        (2, True),
+        (2, True),
+        (2, False),
+    ]
+    pause = mine[2]
+    assert np.array_equal(pause.after, np.concatenate(lead_in)[-2 * CHUNK :])  # 80 ms
+    assert len(pause.samples) == 14 * CHUNK  # the utterance alone
+    assert all(job.after is None for job in mine if job is not pause)
+
+
+def test_no_word_is_taken_from_the_room_after_the_speech(
+    whisper: WhisperRecognizer, noisy: dict[str, np.ndarray]
+) -> None:
+    """Whatever Whisper hears in the sound after a pause's cut is not the user's: here that
+    sound is a whole other sentence, and the final keeps the words of the cut alone (what
+    they are, with a sentence after them, is Whisper's guess)."""
+    assert whisper.wait_idle(60)
+    cut, room = noisy[EXACT[0]], noisy[EXACT[2]]
+    both = words(whisper.decode_once(np.concatenate([cut, room])).text)
+    assert {"time", "is", "it"} <= set(both), both  # heard when it is part of the utterance
+    result = whisper._worker.decode(DecodeJob(-1, cut, after=room))
+    heard = words(result.text)
+    assert heard and not {"time", "is", "it"} & set(heard), heard
+    assert words(" ".join(w.text for w in result.words)) == heard
+    assert result.words[-1].start_ns < len(cut) * NS_PER_SAMPLE
+
+
 def test_freed_memory_goes_back_between_utterances_never_inside_one(
     whisper: WhisperRecognizer, noisy: dict[str, np.ndarray]
 ) -> None:
@@ -487,6 +553,9 @@ def test_a_window_outside_whispers_is_a_config_error() -> None:
             WhisperRecognizer(draft_window_s=window_s)
         with pytest.raises(ConfigError, match=r"final_window_s \(" + str(window_s)):
             WhisperRecognizer(final_window_s=window_s)
+    for room_ms in (-1, 1001):
+        with pytest.raises(ConfigError, match=rf"room_after_ms \({room_ms}\) within 0..1000"):
+            WhisperRecognizer(room_after_ms=room_ms)
 
 
 def test_drafts_and_finals_decode_with_the_nodes_repetition_limit(

@@ -130,6 +130,9 @@ class Word(NamedTuple):
 # is decoded once, at its end.
 _MIN_PAUSE_DECODE = int(0.3 * SAMPLE_RATE)
 
+# The most of the room's sound a pause's full decode may hear after the speech.
+_MAX_ROOM_AFTER_MS = 1000
+
 # Pronunciation variants ("the(2)") and fillers ("<sil>", "[NOISE]") in pocketsphinx output.
 _VARIANT = re.compile(r"\(\d+\)$")
 
@@ -512,6 +515,9 @@ class DecodeJob:
     draft: bool = False  # a cut window, greedy, no word times: never a final
     prompt: str | None = None  # the words the utterance was primed with
     stop: bool = False  # a draft no longer wanted: the engine may end it early (DecodeStopped)
+    # The room's sound from before the speech, for a decode cut right after the speech (a
+    # pause's) to hear after it; not part of the utterance: no word is taken from it.
+    after: np.ndarray | None = None
     done: bool = False
     result: RecognitionResult | None = None
     error: BaseException | None = None
@@ -633,7 +639,10 @@ class StreamingRecognizer(Recognizer):
     :class:`RecognitionResult` with word times relative to the first sample, and may raise
     :class:`DecodeStopped` for a draft whose ``stop`` was set while it ran; ``name`` names
     the engine in errors. Holds at most ``window_s`` of an utterance (the rest is counted in
-    :attr:`stats` and not decoded). The first decode of a process is slower (allocations,
+    :attr:`stats` and not decoded). ``room_after_ms``: a pause's full decode gets up to that
+    much of the room's sound from before the first voiced chunk (the fusion node feeds
+    ``asr.lead_in_ms`` of it first) as ``DecodeJob.after``, for an engine to hear after the
+    speech (0: none). The first decode of a process is slower (allocations,
     kernel selection): one draft and one full decode of 1 s of silence run on the worker at
     construction, not in the first utterance.
     """
@@ -646,8 +655,10 @@ class StreamingRecognizer(Recognizer):
         partial_interval_ms: int,
         finish_timeout_s: float,
         window_s: int = _WHISPER_WINDOW_S,
+        room_after_ms: int = 0,
     ) -> None:
         self._name = name
+        self._room_after = room_after_ms * SAMPLE_RATE // 1000
         self._interval = partial_interval_ms * SAMPLE_RATE // 1000
         self._timeout_s = finish_timeout_s
         self._buffer = np.zeros(window_s * SAMPLE_RATE, dtype=np.int16)
@@ -771,13 +782,16 @@ class StreamingRecognizer(Recognizer):
                 ):
                     if running is not None:
                         running.stop = True
-                    self._pause_job = self._submit(draft=False)
+                    self._pause_job = self._submit(draft=False, room_after=True)
             elif idle and self._fed - max(self._submitted, self._voiced_start) >= self._interval:
                 self._submit(draft=True)
         return self._new_partial()
 
-    def _submit(self, draft: bool) -> DecodeJob:
+    def _submit(self, draft: bool, room_after: bool = False) -> DecodeJob:
         job = DecodeJob(self._utterance, self._buffer[: self._fed].copy(), draft, self._prompt)
+        if room_after and self._room_after and self._voiced_start:
+            start = self._voiced_start
+            job.after = self._buffer[max(0, start - self._room_after) : start].copy()
         self._submitted = self._fed
         if not draft:
             self._submitted_full = self._fed
@@ -923,8 +937,10 @@ class WhisperRecognizer(StreamingRecognizer):
     cut from the text and words at the end of a decode. ``background_db`` and
     ``background_unsure``: a full decode's words that are that much quieter than its
     loudest and guessed at are left out (:func:`without_background_words`; 0 dB: none).
-    Loading takes 1-2 s: build one per stream. A missing model is a ConfigError, a model
-    that does not load an EngineError.
+    ``room_after_ms``: how much of the room's sound from before the speech a pause's full
+    decode hears after the speech (:class:`StreamingRecognizer`); a word Whisper puts there
+    is not taken. Loading takes 1-2 s: build one per stream. A missing model is a
+    ConfigError, a model that does not load an EngineError.
     """
 
     def __init__(
@@ -944,6 +960,7 @@ class WhisperRecognizer(StreamingRecognizer):
         no_repeat_ngram_size: int = 3,
         background_db: float = 9.0,
         background_unsure: float = 0.7,
+        room_after_ms: int = 300,
     ) -> None:
         if prompt_as not in WHISPER_PROMPTS:
             raise ConfigError(
@@ -960,6 +977,7 @@ class WhisperRecognizer(StreamingRecognizer):
             or not 1.0 <= band_limited_final_window_s <= _WHISPER_WINDOW_S
             or background_db < 0
             or not 0.0 <= background_unsure <= 1.0
+            or not 0 <= room_after_ms <= _MAX_ROOM_AFTER_MS
         ):
             raise ConfigError(
                 f"threads ({threads}) and beam_size ({beam_size}) must be >= 1, "
@@ -968,7 +986,8 @@ class WhisperRecognizer(StreamingRecognizer):
                 f"({finish_timeout_s}) > 0, draft_window_s ({draft_window_s}), "
                 f"final_window_s ({final_window_s}) and band_limited_final_window_s "
                 f"({band_limited_final_window_s}) within 1..30, background_db "
-                f"({background_db}) >= 0 and background_unsure ({background_unsure}) within 0..1"
+                f"({background_db}) >= 0, background_unsure ({background_unsure}) within 0..1 "
+                f"and room_after_ms ({room_after_ms}) within 0..{_MAX_ROOM_AFTER_MS}"
             )
         path = Path(model_path) if model_path is not None else bundled_whisper_model()
         if not (path / "model.bin").is_file():
@@ -1006,6 +1025,7 @@ class WhisperRecognizer(StreamingRecognizer):
             name="Whisper",
             partial_interval_ms=partial_interval_ms,
             finish_timeout_s=finish_timeout_s,
+            room_after_ms=room_after_ms,
         )
         self.model_path = path
         self._model = model
@@ -1036,6 +1056,9 @@ class WhisperRecognizer(StreamingRecognizer):
     ) -> Callable[[DecodeJob], RecognitionResult]:
         def decode(job: DecodeJob) -> RecognitionResult:
             samples, draft, prompt = job.samples, job.draft, job.prompt
+            if job.after is not None and not draft:  # the room after a pause's cut
+                samples = np.concatenate([samples, job.after])
+            said_ns = len(job.samples) * NS_PER_SAMPLE  # words after this are the room's
             audio = samples.astype(np.float32) / 32768.0
             window_s = draft_window_s if draft else final_window_s()
             model.frames = encoder_frames(len(samples), window_s)
@@ -1048,7 +1071,7 @@ class WhisperRecognizer(StreamingRecognizer):
                 # The decoder can repeat itself on a short or noisy snapshot (0.4 s of noise
                 # took up to 2.6 s without a cap): speech has 3-4 tokens a second, so it
                 # stops at 10 a second of audio, plus 10.
-                max_new_tokens=int(len(samples) / SAMPLE_RATE * 10) + 10,
+                max_new_tokens=int(len(job.samples) / SAMPLE_RATE * 10) + 10,
                 # In babble it can also loop on a background talker's phrase ("Can you tell
                 # me what can you tell me what ..."): a run of tokens said twice is not taken.
                 no_repeat_ngram_size=no_repeat_ngram_size,
@@ -1064,24 +1087,31 @@ class WhisperRecognizer(StreamingRecognizer):
             texts: list[str] = []
             words: list[Word] = []
             logprobs: list[float] = []
+            in_room = 0  # words heard in the room after the speech: not said, not taken
             for seg in segments:  # lazy: the decoding happens while iterating
                 texts.append(seg.text.strip())
                 logprobs.append(seg.avg_logprob)
                 # Times relative to the snapshot (start() adds the stream time); the word's
                 # probability is the mean of its tokens'.
-                words += [
-                    Word(
-                        w.word.strip(),
-                        int(w.start * NS_PER_S),
-                        int(w.end * NS_PER_S),
-                        w.probability,
+                for w in seg.words or ():
+                    if not w.word.strip():
+                        continue
+                    if w.start * NS_PER_S >= said_ns:
+                        in_room += 1
+                        continue
+                    words.append(
+                        Word(
+                            w.word.strip(),
+                            int(w.start * NS_PER_S),
+                            int(w.end * NS_PER_S),
+                            w.probability,
+                        )
                     )
-                    for w in seg.words or ()
-                    if w.word.strip()
-                ]
             confidence = math.exp(float(np.mean(logprobs))) if logprobs else math.nan
             # A decoder loop at the end (most often an echo of the prompt) is not heard.
             tokens = " ".join(t for t in texts if t).split()
+            if in_room:  # the words carry their punctuation
+                tokens = [w.text for w in words]
             tokens = tokens[: loop_cut(tokens, prompt)]
             words = words[: loop_cut([w.text for w in words], prompt)]
             heard = without_background_words(words, audio, background_db, background_unsure)
@@ -1106,6 +1136,7 @@ def make_recognizer(
     whisper_band_limited_final_window_s: float = 10.0,
     whisper_background_db: float = 9.0,
     whisper_background_unsure: float = 0.7,
+    whisper_room_after_ms: int = 300,
     moonshine_model_path: str | Path | None = None,
     moonshine_threads: int = 2,
     moonshine_partial_interval_ms: int = 500,
@@ -1138,5 +1169,6 @@ def make_recognizer(
             band_limited_final_window_s=whisper_band_limited_final_window_s,
             background_db=whisper_background_db,
             background_unsure=whisper_background_unsure,
+            room_after_ms=whisper_room_after_ms,
         )
     raise ConfigError(f"unknown ASR engine {engine!r}; allowed: {', '.join(ASR_ENGINES)}")
