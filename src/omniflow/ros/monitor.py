@@ -21,6 +21,12 @@ Msg = TypeVar("Msg")
 T = TypeVar("T")
 
 
+def _brief(msg: object, limit: int = 400) -> str:
+    """A message's repr for an error line, cut at ``limit`` characters."""
+    text = repr(msg)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 @dataclass(frozen=True)
 class Received(Generic[Msg]):
     """A message and when it arrived (time.monotonic_ns and the wall clock, both in ns)."""
@@ -78,9 +84,10 @@ class TopicRecorder(Generic[Msg]):
             if not self._cond.wait_for(
                 lambda: predicate([item.msg for item in self._items]), timeout
             ):
+                last = f"; the last: {_brief(self._items[-1].msg)}" if self._items else ""
                 raise TimeoutError(
                     f"'{self.topic}': {what} did not happen within {timeout} s "
-                    f"({len(self._items)} messages received)"
+                    f"({len(self._items)} messages received{last})"
                 )
             return [item.msg for item in self._items]
 
